@@ -1,0 +1,293 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Cluster declares a whole fleet: the release every machine runs, where
+// releases come from, the network, the settings every machine shares, and
+// the disruption budget under which machines take turns to reboot.
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the operator declares.
+	Spec ClusterSpec `json:"spec"`
+	// Status is what cluster-operator observes and decides.
+	// +optional
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterSpec is the desired state of a fleet.
+type ClusterSpec struct {
+	// Version is the release every machine runs, in the form YYYY.MM.DD-NNN.
+	// It must name an entry of releases.catalog; the API server refuses any
+	// other value. Disruption class: Reboot (each machine downloads the
+	// release, then takes a turn to reboot into it).
+	Version string `json:"version"`
+	// Releases says where releases are published and which ones this
+	// cluster trusts.
+	Releases ReleasesSpec `json:"releases"`
+	// Network is the cluster network every machine joins.
+	Network NetworkSpec `json:"network"`
+	// Settings are shared by every machine of the cluster. Each field has
+	// its own disruption class.
+	// +optional
+	Settings SharedSettings `json:"settings,omitempty"`
+	// Disruption bounds how many machines may be down at once and how long
+	// each step of a turn may take.
+	// +optional
+	Disruption DisruptionSpec `json:"disruption,omitempty"`
+}
+
+// ReleasesSpec names the release channel and the releases this cluster
+// trusts.
+type ReleasesSpec struct {
+	// Source is the URL (http or https) of the release channel: a directory
+	// holding index.yaml and one folder per release.
+	Source string `json:"source"`
+	// Catalog lists the releases this cluster trusts, each pinned by the
+	// digest of its release document. Versions are unique.
+	// +listType=map
+	// +listMapKey=version
+	Catalog []CatalogEntry `json:"catalog"`
+	// PollInterval is how often cluster-operator reads the channel's
+	// index.yaml. Default 1h.
+	// +optional
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+}
+
+// CatalogEntry pins one release by the digest of its release document.
+type CatalogEntry struct {
+	// Version is the release version, YYYY.MM.DD-NNN.
+	Version string `json:"version"`
+	// Digest is "sha256:" followed by the 64 lowercase hex digits of the
+	// SHA-256 of the release's release.yaml: the start of the trust chain.
+	Digest string `json:"digest"`
+}
+
+// NetworkSpec is the network every machine of the cluster joins.
+// Disruption class: Reboot for every field (machines rejoin with the new
+// values only after a reboot).
+type NetworkSpec struct {
+	// Endpoint is the address (host:port or URL) of the Kubernetes API that
+	// machines join.
+	Endpoint string `json:"endpoint"`
+	// PodCIDR is the range pod addresses come from.
+	// +optional
+	PodCIDR string `json:"podCIDR,omitempty"`
+	// ServiceCIDR is the range service addresses come from.
+	// +optional
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// ClusterDNS is the address of the cluster's DNS service.
+	// +optional
+	ClusterDNS string `json:"clusterDNS,omitempty"`
+}
+
+// SharedSettings are applied on every machine of the cluster.
+type SharedSettings struct {
+	// NTPServers are the time servers machines synchronise with.
+	// Disruption class: Live.
+	// +optional
+	NTPServers []string `json:"ntpServers,omitempty"`
+	// Sysctls are kernel parameters set at run time (name to value).
+	// Disruption class: Live.
+	// +optional
+	Sysctls map[string]string `json:"sysctls,omitempty"`
+	// RegistryMirrors redirect image pulls for a registry to mirrors.
+	// Disruption class: RestartK3s.
+	// +optional
+	// +listType=map
+	// +listMapKey=registry
+	RegistryMirrors []RegistryMirror `json:"registryMirrors,omitempty"`
+	// K3sArgs are extra arguments for k3s on every machine.
+	// Disruption class: RestartK3s.
+	// +optional
+	K3sArgs []string `json:"k3sArgs,omitempty"`
+	// KernelArgs are extra kernel command-line arguments.
+	// Disruption class: Reboot.
+	// +optional
+	KernelArgs []string `json:"kernelArgs,omitempty"`
+	// Banner is the text machines print on their console at boot.
+	// Disruption class: NextBoot.
+	// +optional
+	Banner string `json:"banner,omitempty"`
+}
+
+// RegistryMirror sends pulls for one registry to its mirrors.
+type RegistryMirror struct {
+	// Registry is the registry host, such as docker.io.
+	Registry string `json:"registry"`
+	// Endpoints are the mirror URLs, tried in order.
+	Endpoints []string `json:"endpoints"`
+}
+
+// DisruptionSpec is the disruption budget and the time limits of a turn.
+type DisruptionSpec struct {
+	// MaxUnavailable is how many machines may be unavailable at once: an
+	// integer, or a percentage of the cluster's machines that rounds down
+	// but never below 1 (unless it is 0, which pauses every turn). Machines
+	// that hold a turn and machines that are Lost or NotReady count.
+	// Default 1.
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// DrainTimeout is how long a drain may be blocked before the machine
+	// reports DrainBlocked. The drain never forces. Default 10m.
+	// +optional
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+	// TrialTimeout is how long a trial boot has to start the OS and rejoin
+	// the cluster before the machine returns to its proven slot.
+	// Default 10m.
+	// +optional
+	TrialTimeout *metav1.Duration `json:"trialTimeout,omitempty"`
+	// StallTimeout is how long a turn may last before cluster-operator
+	// halts the rollout with RolloutStalled. Default 30m.
+	// +optional
+	StallTimeout *metav1.Duration `json:"stallTimeout,omitempty"`
+}
+
+// ClusterPhase is the one-word state of a Cluster.
+type ClusterPhase string
+
+// Cluster phases.
+const (
+	// ClusterReady means every machine runs spec.version with nothing staged.
+	ClusterReady ClusterPhase = "Ready"
+	// ClusterUpdating means a rollout or a reboot is in progress.
+	ClusterUpdating ClusterPhase = "Updating"
+)
+
+// ClusterStatus is what cluster-operator observes and decides.
+type ClusterStatus struct {
+	// Phase is Ready when every machine runs spec.version with nothing
+	// staged, Updating while a rollout or a reboot is in progress.
+	// +optional
+	Phase ClusterPhase `json:"phase,omitempty"`
+	// Machines is "ready/total": machines that are Ready and run
+	// spec.version, out of all machines of the cluster.
+	// +optional
+	Machines string `json:"machines,omitempty"`
+	// Leaders names the cluster's leader machines.
+	// +optional
+	Leaders []string `json:"leaders,omitempty"`
+	// Endpoint is the API endpoint machines join (spec.network.endpoint).
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// RebootTurns is the turn ledger: every machine that holds a reboot
+	// turn. A machine acts on a turn only while it is listed here.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	RebootTurns []RebootTurn `json:"rebootTurns,omitempty"`
+	// Turns lists the machines that hold a turn, comma-separated.
+	// +optional
+	Turns string `json:"turns,omitempty"`
+	// Releases is what cluster-operator knows of the catalog and the
+	// channel.
+	// +optional
+	Releases ReleasesStatus `json:"releases,omitempty"`
+	// Halt, when set, stops new turns until a person acts: a turn that
+	// stalled, or a trial that failed.
+	// +optional
+	Halt *RolloutHalt `json:"halt,omitempty"`
+	// ObservedResume is the last value of the liken.sh/resume-rollout
+	// annotation that cluster-operator acted on.
+	// +optional
+	ObservedResume string `json:"observedResume,omitempty"`
+	// Conditions: Ready, Progressing and ReleasesAvailable.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// TurnReason says why a machine holds a turn.
+type TurnReason string
+
+// Turn reasons.
+const (
+	// TurnRelease is a turn to reboot into a new release.
+	TurnRelease TurnReason = "Release"
+	// TurnReboot is a turn for any other reboot: a staged change of class
+	// Reboot, or a reboot a person requested.
+	TurnReboot TurnReason = "Reboot"
+)
+
+// RebootTurn is one entry of the turn ledger.
+type RebootTurn struct {
+	// Machine holds the turn.
+	Machine string `json:"machine"`
+	// Reason is Release or Reboot.
+	Reason TurnReason `json:"reason"`
+	// Change is the change the turn was granted for (the machine's
+	// status.change when the turn was granted).
+	// +optional
+	Change string `json:"change,omitempty"`
+	// Leader is true when the machine is a leader.
+	// +optional
+	Leader bool `json:"leader,omitempty"`
+	// BootID is the machine's boot ID when the turn was granted; the turn
+	// is done once the machine reports Ready from a later boot.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+	// GrantedAt is when the turn was recorded.
+	GrantedAt metav1.Time `json:"grantedAt"`
+}
+
+// ReleasesStatus is what cluster-operator knows of releases.
+type ReleasesStatus struct {
+	// Newest is the newest version in spec.releases.catalog.
+	// +optional
+	Newest string `json:"newest,omitempty"`
+	// Available is the newest version the channel announces.
+	// +optional
+	Available string `json:"available,omitempty"`
+	// AvailableDigest is the digest the channel announces for Available.
+	// +optional
+	AvailableDigest string `json:"availableDigest,omitempty"`
+	// CheckedAt is when the channel was last read, successfully or not.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+	// Error is why the last read of the channel failed; empty after a
+	// successful read.
+	// +optional
+	Error string `json:"error,omitempty"`
+	// ObservedCheckRequest is the last value of the liken.sh/check-releases
+	// annotation that cluster-operator acted on.
+	// +optional
+	ObservedCheckRequest string `json:"observedCheckRequest,omitempty"`
+}
+
+// RolloutHalt records why granting stopped.
+type RolloutHalt struct {
+	// Reason is RolloutStalled or TrialFailed.
+	Reason string `json:"reason"`
+	// Machine is the machine that stalled or failed its trial.
+	Machine string `json:"machine"`
+	// Version is the cluster's spec.version when the rollout halted.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Message says what happened and what to do.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Since is when the rollout halted.
+	Since metav1.Time `json:"since"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ClusterList is a list of Clusters.
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the Clusters.
+	Items []Cluster `json:"items"`
+}

@@ -1,0 +1,136 @@
+package v1alpha1
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Names shared by cluster-operator, the node daemon and the command line.
+const (
+	// SystemNamespace holds the heartbeat Leases and cluster-operator.
+	SystemNamespace = "liken-system"
+	// OperatorLeaseName is the Lease cluster-operator copies elect a leader with.
+	OperatorLeaseName = "cluster-operator"
+
+	// AnnotationCheckReleases: a new value makes cluster-operator read the
+	// release channel now. The value means nothing.
+	AnnotationCheckReleases = "liken.sh/check-releases"
+	// AnnotationResumeRollout: a new value on a Cluster lifts a halt
+	// (RolloutStalled or TrialFailed); liken rollout resume sets it.
+	AnnotationResumeRollout = "liken.sh/resume-rollout"
+	// AnnotationApprovedChange on a Machine holds the status.change value a
+	// person approved with liken approve-reboot.
+	AnnotationApprovedChange = "liken.sh/approved-change"
+	// AnnotationRequestReboot: a new value on a Machine asks for one reboot
+	// (liken request-reboot sets it).
+	AnnotationRequestReboot = "liken.sh/request-reboot"
+	// AnnotationCordoned on a Node records that liken cordoned it, so liken
+	// uncordons only nodes it cordoned.
+	AnnotationCordoned = "liken.sh/cordoned"
+)
+
+// Condition types.
+const (
+	// ConditionReady on a Cluster: every machine runs spec.version; on a
+	// Machine: it runs the cluster's version with nothing pending.
+	ConditionReady = "Ready"
+	// ConditionProgressing on a Cluster: turns can be granted.
+	ConditionProgressing = "Progressing"
+	// ConditionReleasesAvailable on a Cluster: the channel was read.
+	ConditionReleasesAvailable = "ReleasesAvailable"
+	// ConditionRebootPending on a Machine: a change waits for a reboot.
+	ConditionRebootPending = "RebootPending"
+	// ConditionTrialFailed on a Machine: the last trial boot failed.
+	ConditionTrialFailed = "TrialFailed"
+	// ConditionDrainBlocked on a Machine: the drain cannot finish.
+	ConditionDrainBlocked = "DrainBlocked"
+	// ConditionReleaseVerified on a Machine: the last download verified, or
+	// why it did not.
+	ConditionReleaseVerified = "ReleaseVerified"
+)
+
+// Condition reasons.
+const (
+	ReasonRolloutStalled   = "RolloutStalled"
+	ReasonTrialFailed      = "TrialFailed"
+	ReasonStartupGrace     = "StartupGrace"
+	ReasonPaused           = "Paused"
+	ReasonGranting         = "Granting"
+	ReasonIdle             = "Idle"
+	ReasonAwaitingApproval = "AwaitingApproval"
+	ReasonAwaitingTurn     = "AwaitingTurn"
+)
+
+// Defaults of optional fields.
+const (
+	DefaultPollInterval = time.Hour
+	DefaultDrainTimeout = 10 * time.Minute
+	DefaultTrialTimeout = 10 * time.Minute
+	DefaultStallTimeout = 30 * time.Minute
+)
+
+// PollIntervalOrDefault is spec.releases.pollInterval, or its default.
+func (r *ReleasesSpec) PollIntervalOrDefault() time.Duration {
+	if r.PollInterval == nil || r.PollInterval.Duration <= 0 {
+		return DefaultPollInterval
+	}
+	return r.PollInterval.Duration
+}
+
+// DrainTimeoutOrDefault is spec.disruption.drainTimeout, or its default.
+func (d *DisruptionSpec) DrainTimeoutOrDefault() time.Duration {
+	if d.DrainTimeout == nil || d.DrainTimeout.Duration <= 0 {
+		return DefaultDrainTimeout
+	}
+	return d.DrainTimeout.Duration
+}
+
+// TrialTimeoutOrDefault is spec.disruption.trialTimeout, or its default.
+func (d *DisruptionSpec) TrialTimeoutOrDefault() time.Duration {
+	if d.TrialTimeout == nil || d.TrialTimeout.Duration <= 0 {
+		return DefaultTrialTimeout
+	}
+	return d.TrialTimeout.Duration
+}
+
+// StallTimeoutOrDefault is spec.disruption.stallTimeout, or its default.
+func (d *DisruptionSpec) StallTimeoutOrDefault() time.Duration {
+	if d.StallTimeout == nil || d.StallTimeout.Duration <= 0 {
+		return DefaultStallTimeout
+	}
+	return d.StallTimeout.Duration
+}
+
+// MaxUnavailableFor resolves spec.disruption.maxUnavailable for a cluster
+// of total machines: an integer as it is; a percentage of total rounded
+// down, but never below 1 unless the percentage is 0. Unset means 1.
+func (d *DisruptionSpec) MaxUnavailableFor(total int) (int, error) {
+	if d.MaxUnavailable == nil {
+		return 1, nil
+	}
+	v := *d.MaxUnavailable
+	if v.Type == intstr.Int {
+		if v.IntVal < 0 {
+			return 0, errNegative
+		}
+		return int(v.IntVal), nil
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, total, false)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, errNegative
+	}
+	if n == 0 && v.StrVal != "0%" && total > 0 {
+		n = 1
+	}
+	return n, nil
+}
+
+type constError string
+
+func (e constError) Error() string { return string(e) }
+
+const errNegative = constError("maxUnavailable must not be negative")

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building and testing liken needs on a fresh Debian machine:
+# squashfs-tools (release images), and the Debian packages the QEMU boot test
+# unpacks (fetched by e2e/boot's disk builder). Go modules come from the
+# module proxy during the build. Safe to run again.
+set -o errexit -o nounset -o pipefail
+
+need=()
+command -v mksquashfs >/dev/null || need+=(squashfs-tools)
+command -v mke2fs >/dev/null || need+=(e2fsprogs)
+command -v kubectl >/dev/null || need+=(kubernetes-client)
+command -v openssl >/dev/null || need+=(openssl)
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

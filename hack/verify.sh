@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Static checks: formatting, go vet (both modules), and generated code.
+set -o errexit -o nounset -o pipefail
+cd "$(dirname "$0")/.."
+
+bad=$(gofmt -l $(git ls-files -co --exclude-standard '*.go' | grep -v '^generated/') || true)
+if [ -n "$bad" ]; then
+    echo "gofmt would change these files (run gofmt -w):" >&2
+    echo "$bad" >&2
+    exit 1
+fi
+go vet ./...
+(cd hack/kube && go vet .)
+hack/verify-codegen.sh
