@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -104,7 +107,8 @@ func (d *DisruptionSpec) StallTimeoutOrDefault() time.Duration {
 
 // MaxUnavailableFor resolves spec.disruption.maxUnavailable for a cluster
 // of total machines: an integer as it is; a percentage of total rounded
-// down, but never below 1 unless the percentage is 0. Unset means 1.
+// down, but never below 1 unless the percentage is 0 (which pauses every
+// turn). Unset means 1.
 func (d *DisruptionSpec) MaxUnavailableFor(total int) (int, error) {
 	if d.MaxUnavailable == nil {
 		return 1, nil
@@ -116,14 +120,23 @@ func (d *DisruptionSpec) MaxUnavailableFor(total int) (int, error) {
 		}
 		return int(v.IntVal), nil
 	}
-	n, err := intstr.GetScaledValueFromIntOrPercent(&v, total, false)
-	if err != nil {
-		return 0, err
+	digits, ok := strings.CutSuffix(v.StrVal, "%")
+	if !ok {
+		return 0, fmt.Errorf("maxUnavailable %q is neither a whole number nor a percentage such as 20%%", v.StrVal)
 	}
-	if n < 0 {
+	pct, err := strconv.Atoi(digits)
+	if err != nil {
+		return 0, fmt.Errorf("maxUnavailable %q is not a whole percentage such as 20%%", v.StrVal)
+	}
+	if pct < 0 {
 		return 0, errNegative
 	}
-	if n == 0 && v.StrVal != "0%" && total > 0 {
+	if pct == 0 || total <= 0 {
+		return 0, nil
+	}
+	// Integer arithmetic rounds down exactly (no float error at 100%).
+	n := pct * total / 100
+	if n < 1 {
 		n = 1
 	}
 	return n, nil
