@@ -1,0 +1,535 @@
+// Package controlplane starts a real Kubernetes control plane on loopback:
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok's
+// simulated kubelets, all from the multi-call binary that `make kube` builds
+// from pinned upstream sources. The lab and the e2e tests run on it.
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+//go:embed stages.yaml
+var stages []byte
+
+// Identities the control plane accepts (static tokens).
+const (
+	// AdminUser is in group system:masters.
+	AdminUser = "liken-admin"
+	// OperatorUser is the identity cluster-operator runs as outside the cluster.
+	OperatorUser = "liken:cluster-operator"
+	// NodeGroup is the group of every machine identity.
+	NodeGroup = "system:nodes"
+	// PowerLabel on a Node makes kwok report it NotReady while its value is "off".
+	PowerLabel = "liken.sh/power"
+	// KwokAnnotation marks the nodes kwok simulates.
+	KwokAnnotation = "kwok.x-k8s.io/node"
+)
+
+// Options configures a control plane.
+type Options struct {
+	// Dir holds every file of the control plane: certificates, kubeconfigs,
+	// etcd's data and the logs. It must exist.
+	Dir string
+	// Binary is the multi-call binary built by `make kube`. Empty: found by
+	// FindBinary.
+	Binary string
+	// Machines are the machine names that get an identity
+	// (system:node:<name> in group system:nodes) and a kubeconfig.
+	Machines []string
+	// Detach starts the processes in their own session, so they outlive the
+	// process that started them (the lab). Tests leave it false.
+	Detach bool
+	// Log receives progress lines; nil discards them.
+	Log func(format string, args ...any)
+}
+
+// Process is one process the control plane started.
+type Process struct {
+	// Kind is the component: etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler or kwok.
+	Kind string `json:"kind"`
+	// Name names the process within the lab.
+	Name string `json:"name"`
+	// PID is its process ID.
+	PID int `json:"pid"`
+	// Log is the file its output goes to.
+	Log string `json:"log"`
+
+	cmd *exec.Cmd
+}
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	// Dir is Options.Dir.
+	Dir string
+	// Server is the API server's URL.
+	Server string
+	// AdminKubeconfig is the path of the admin's kubeconfig.
+	AdminKubeconfig string
+	// OperatorKubeconfig is the path of cluster-operator's kubeconfig.
+	OperatorKubeconfig string
+	// Processes are the processes started, in start order.
+	Processes []*Process
+
+	caPEM  []byte
+	tokens map[string]string // user -> token
+	opts   Options
+}
+
+// FindBinary locates the multi-call control-plane binary: $LIKEN_BIN/kube,
+// next to the running executable, or _output/bin/kube in the source tree
+// that holds the working directory.
+func FindBinary() (string, error) {
+	var tried []string
+	if d := os.Getenv("LIKEN_BIN"); d != "" {
+		tried = append(tried, filepath.Join(d, "kube"))
+	}
+	if exe, err := os.Executable(); err == nil {
+		tried = append(tried, filepath.Join(filepath.Dir(exe), "kube"))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				if _, err := os.Stat(filepath.Join(d, "hack", "kube")); err == nil {
+					tried = append(tried, filepath.Join(d, "_output", "bin", "kube"))
+					break
+				}
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
+	for _, p := range tried {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the control-plane binary was not found (looked at %s): run `make kube` in the liken source tree, or set LIKEN_BIN to the folder that holds it", strings.Join(tried, ", "))
+}
+
+// Start brings up etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok, and returns once the API server is ready. On
+// error, everything started so far is stopped.
+func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	if opts.Binary == "" {
+		if opts.Binary, err = FindBinary(); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"pki", "logs", "kubeconfigs"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	cp = &ControlPlane{Dir: dir, opts: opts, tokens: map[string]string{}}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	etcdClient, etcdPeer, apiPort, kwokPort := ports[0], ports[1], ports[2], ports[3]
+	cp.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+
+	if err := cp.writePKI(); err != nil {
+		return nil, fmt.Errorf("writing certificates: %w", err)
+	}
+	if err := cp.writeTokens(); err != nil {
+		return nil, fmt.Errorf("writing tokens: %w", err)
+	}
+
+	pki := func(f string) string { return filepath.Join(dir, "pki", f) }
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	if err := cp.start("etcd", "etcd",
+		"--name", "default",
+		"--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL,
+		"--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", peerURL,
+		"--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "default="+peerURL,
+		"--unsafe-no-fsync",
+		"--log-level", "warn",
+	); err != nil {
+		return nil, err
+	}
+	if err := cp.start("kube-apiserver", "kube-apiserver",
+		"--etcd-servers", etcdURL,
+		"--bind-address", "127.0.0.1",
+		"--advertise-address", "127.0.0.1",
+		"--secure-port", fmt.Sprint(apiPort),
+		"--tls-cert-file", pki("apiserver.crt"),
+		"--tls-private-key-file", pki("apiserver.key"),
+		"--client-ca-file", pki("ca.crt"),
+		"--token-auth-file", pki("tokens.csv"),
+		"--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", pki("sa.key"),
+		"--service-account-signing-key-file", pki("sa.key"),
+		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--allow-privileged",
+		"--v", "1",
+	); err != nil {
+		return nil, err
+	}
+
+	cp.AdminKubeconfig = filepath.Join(dir, "kubeconfigs", "admin.kubeconfig")
+	cp.OperatorKubeconfig = filepath.Join(dir, "kubeconfigs", "cluster-operator.kubeconfig")
+	if err := cp.writeKubeconfig(cp.AdminKubeconfig, AdminUser); err != nil {
+		return nil, err
+	}
+	if err := cp.writeKubeconfig(cp.OperatorKubeconfig, OperatorUser); err != nil {
+		return nil, err
+	}
+	for _, m := range opts.Machines {
+		if err := cp.writeKubeconfig(cp.MachineKubeconfig(m), "system:node:"+m); err != nil {
+			return nil, err
+		}
+	}
+	if err := cp.waitReady(ctx, 90*time.Second); err != nil {
+		return nil, err
+	}
+	opts.Log("kube-apiserver ready at %s", cp.Server)
+
+	common := []string{
+		"--kubeconfig", cp.AdminKubeconfig,
+		"--authentication-kubeconfig", cp.AdminKubeconfig,
+		"--authorization-kubeconfig", cp.AdminKubeconfig,
+		"--leader-elect=false",
+		"--secure-port", "0",
+	}
+	if err := cp.start("kube-controller-manager", "kube-controller-manager", append(common,
+		"--service-account-private-key-file", pki("sa.key"),
+		"--root-ca-file", pki("ca.crt"),
+		"--controllers", "*,-serviceaccount-token",
+		"--use-service-account-credentials=false",
+	)...); err != nil {
+		return nil, err
+	}
+	if err := cp.start("kube-scheduler", "kube-scheduler", common...); err != nil {
+		return nil, err
+	}
+	stagesFile := filepath.Join(dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stagesFile, stages, 0o600); err != nil {
+		return nil, err
+	}
+	if err := cp.start("kwok", "kwok",
+		"--kubeconfig", cp.AdminKubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector", KwokAnnotation+"=fake",
+		"--server-address", fmt.Sprintf("127.0.0.1:%d", kwokPort),
+		"--node-lease-duration-seconds", "40",
+		"--cidr", "10.244.0.0/16",
+		"--node-ip", "10.0.0.1",
+		"--config", stagesFile,
+	); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// MachineKubeconfig is the path of a machine's kubeconfig.
+func (cp *ControlPlane) MachineKubeconfig(machine string) string {
+	return filepath.Join(cp.Dir, "kubeconfigs", "machine-"+machine+".kubeconfig")
+}
+
+// Config is a rest.Config for one of the identities the control plane
+// knows: AdminUser, OperatorUser or "system:node:<machine>".
+func (cp *ControlPlane) Config(user string) *rest.Config {
+	return &rest.Config{
+		Host:            cp.Server,
+		BearerToken:     cp.tokens[user],
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.caPEM},
+		QPS:             200,
+		Burst:           400,
+	}
+}
+
+// AdminConfig is the admin's rest.Config.
+func (cp *ControlPlane) AdminConfig() *rest.Config { return cp.Config(AdminUser) }
+
+// AddNode registers a Node that kwok simulates, Ready within seconds.
+func (cp *ControlPlane) AddNode(ctx context.Context, name string, labels map[string]string) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	l := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      l,
+			Annotations: map[string]string{KwokAnnotation: "fake"},
+		},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{"cpu": mustQuantity("32"), "memory": mustQuantity("256Gi"), "pods": mustQuantity("110")},
+			Capacity:    corev1.ResourceList{"cpu": mustQuantity("32"), "memory": mustQuantity("256Gi"), "pods": mustQuantity("110")},
+		},
+	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering node %s: %w", name, err)
+	}
+	return nil
+}
+
+// SetPower turns a node's simulated power on or off: while off, kwok
+// reports the Node NotReady.
+func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	patch := `{"metadata":{"labels":{"` + PowerLabel + `":"off"}}}`
+	if on {
+		patch = `{"metadata":{"labels":{"` + PowerLabel + `":null}}}`
+	}
+	_, err = cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// Kubectl runs kubectl as the admin and returns its combined output.
+func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
+	return cp.KubectlAs(ctx, cp.AdminKubeconfig, args...)
+}
+
+// KubectlAs runs kubectl with the given kubeconfig.
+func (cp *ControlPlane) KubectlAs(ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Stop ends every process the control plane started, newest first: SIGTERM,
+// then SIGKILL after 10 s.
+func (cp *ControlPlane) Stop() {
+	for i := len(cp.Processes) - 1; i >= 0; i-- {
+		StopPID(cp.Processes[i].PID, 10*time.Second)
+		if c := cp.Processes[i].cmd; c != nil {
+			_ = c.Wait()
+		}
+	}
+}
+
+// StopPID sends SIGTERM to a process, then SIGKILL if it is still alive
+// after grace. It returns once the process is gone.
+func StopPID(pid int, grace time.Duration) {
+	if pid <= 0 {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for Alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			deadline = time.Now().Add(grace)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Alive reports whether a process exists and is not a zombie.
+func Alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// Logs returns the last bytes of every process's log, for a failed test.
+func (cp *ControlPlane) Logs(tail int) string {
+	var b strings.Builder
+	for _, p := range cp.Processes {
+		data, _ := os.ReadFile(p.Log)
+		if len(data) > tail {
+			data = data[len(data)-tail:]
+		}
+		fmt.Fprintf(&b, "===== %s (%s) =====\n%s\n", p.Name, p.Log, data)
+	}
+	return b.String()
+}
+
+func (cp *ControlPlane) start(kind, name string, args ...string) error {
+	logPath := filepath.Join(cp.Dir, "logs", name+".log")
+	p, err := StartProcess(cp.opts.Binary, append([]string{kind}, args...), logPath, cp.opts.Detach)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	p.Kind, p.Name = kind, name
+	cp.Processes = append(cp.Processes, p)
+	cp.opts.Log("started %s (pid %d, log %s)", name, p.PID, logPath)
+	return nil
+}
+
+// StartProcess starts a program with its output appended to logPath. With
+// detach, the process gets its own session and outlives the caller.
+func StartProcess(binary string, args []string, logPath string, detach bool) (*Process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: !detach, Setsid: detach}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Process{PID: cmd.Process.Pid, Log: logPath}
+	if detach {
+		_ = cmd.Process.Release()
+	} else {
+		p.cmd = cmd
+	}
+	return p, nil
+}
+
+func (cp *ControlPlane) waitReady(ctx context.Context, timeout time.Duration) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.caPEM)
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		for _, p := range cp.Processes {
+			if p.cmd != nil && p.cmd.ProcessState != nil || !Alive(p.PID) {
+				return fmt.Errorf("%s exited while the control plane was starting; its log:\n%s", p.Name, tailFile(p.Log, 4000))
+			}
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.Server+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+cp.tokens[AdminUser])
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Errorf("/readyz answered %s", resp.Status)
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("kube-apiserver was not ready after %s (%v); its log:\n%s", timeout, last, tailFile(filepath.Join(cp.Dir, "logs", "kube-apiserver.log"), 4000))
+}
+
+func (cp *ControlPlane) writeTokens() error {
+	users := []struct{ name, groups string }{
+		{AdminUser, "system:masters"},
+		{OperatorUser, ""},
+	}
+	machines := append([]string(nil), cp.opts.Machines...)
+	sort.Strings(machines)
+	for _, m := range machines {
+		users = append(users, struct{ name, groups string }{"system:node:" + m, NodeGroup})
+	}
+	var b strings.Builder
+	for i, u := range users {
+		tok := make([]byte, 16)
+		if _, err := rand.Read(tok); err != nil {
+			return err
+		}
+		t := hex.EncodeToString(tok)
+		cp.tokens[u.name] = t
+		fmt.Fprintf(&b, "%s,%s,uid-%d,%q\n", t, u.name, i, u.groups)
+	}
+	return os.WriteFile(filepath.Join(cp.Dir, "pki", "tokens.csv"), []byte(b.String()), 0o600)
+}
+
+func (cp *ControlPlane) writeKubeconfig(path, user string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: cp.Server, CertificateAuthorityData: cp.caPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cp.tokens[user]}
+	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: user}
+	cfg.CurrentContext = "liken"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// freePorts asks the kernel for n distinct free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

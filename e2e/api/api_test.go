@@ -1,0 +1,325 @@
+// Package api tests liken's API as users meet it: the manifests on a real
+// kube-apiserver, the printer columns, the CEL refusals, the machine
+// identities' limits, and the schema keeping every field of the Go types.
+package api
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	v1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/generated/clientset/versioned"
+)
+
+var manifests = filepath.Join("..", "..", "manifests")
+
+const digest1 = "sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f"
+const digest2 = "sha256:0000000000000000000000000000000000000000000000000000000000000abc"
+
+func setup(t *testing.T) (*controlplane.ControlPlane, versioned.Interface) {
+	t.Helper()
+	cp := controlplane.StartForTest(t, controlplane.Options{Machines: []string{"node-1", "node-2"}})
+	ctx := context.Background()
+	_, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", manifests)
+	assert.NilError(t, err)
+	_, err = cp.Kubectl(ctx, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh")
+	assert.NilError(t, err)
+	cs, err := versioned.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+	return cp, cs
+}
+
+func TestManifestsAndColumns(t *testing.T) {
+	cp, _ := setup(t)
+	ctx := context.Background()
+
+	out, err := cp.Kubectl(ctx, "apply", "--dry-run=client", "-f", manifests)
+	assert.NilError(t, err, out)
+	out, err = cp.Kubectl(ctx, "apply", "-f", filepath.Join(manifests, "examples"))
+	assert.NilError(t, err, out)
+
+	out, err = cp.Kubectl(ctx, "get", "clusters", "-o", "wide")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, strings.Fields(strings.SplitN(out, "\n", 2)[0]),
+		strings.Fields("NAME STATUS MACHINES VERSION NEWEST AVAILABLE LEADERS ENDPOINT AGE TURNS"))
+	out, err = cp.Kubectl(ctx, "get", "clusters")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, strings.Fields(strings.SplitN(out, "\n", 2)[0]),
+		strings.Fields("NAME STATUS MACHINES VERSION AVAILABLE AGE"))
+
+	out, err = cp.Kubectl(ctx, "get", "machines")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, strings.Fields(strings.SplitN(out, "\n", 2)[0]), strings.Fields("NAME ROLE LIKEN STATUS AGE"))
+	out, err = cp.Kubectl(ctx, "get", "machines", "-o", "wide")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, strings.Fields(strings.SplitN(out, "\n", 2)[0]), strings.Fields("NAME ROLE LIKEN STATUS AGE SLOT STAGED POLICY"))
+	assert.Assert(t, is.Contains(out, "node-5"))
+
+	out, err = cp.Kubectl(ctx, "get", "liken")
+	assert.NilError(t, err)
+	assert.Assert(t, is.Contains(out, "cluster.liken.sh/mycluster"))
+	assert.Assert(t, is.Contains(out, "machine.liken.sh/node-1"))
+
+	// Defaults reach the stored object.
+	out, err = cp.Kubectl(ctx, "get", "machine", "node-5", "-o", "jsonpath={.spec.rebootPolicy}")
+	assert.NilError(t, err)
+	assert.Equal(t, out, "Manual")
+}
+
+func cluster(name string) *v1.Cluster {
+	return &v1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.ClusterSpec{
+			Version: "2026.10.10-001",
+			Releases: v1.ReleasesSpec{
+				Source:  "https://releases.example.com",
+				Catalog: []v1.CatalogEntry{{Version: "2026.10.10-001", Digest: digest1}},
+			},
+			Network: v1.NetworkSpec{Endpoint: "https://10.0.0.10:6443"},
+		},
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	_, cs := setup(t)
+	ctx := context.Background()
+	neg := intstr.FromInt32(-1)
+	pct := intstr.FromString("150%")
+	cases := []struct {
+		name   string
+		mutate func(c *v1.Cluster)
+		want   []string
+	}{
+		{
+			name:   "version not in catalog",
+			mutate: func(c *v1.Cluster) { c.Spec.Version = "2026.11.01-001" },
+			want:   []string{"spec.version", "2026.11.01-001 is not in spec.releases.catalog", "liken release digest"},
+		},
+		{
+			name:   "malformed digest",
+			mutate: func(c *v1.Cluster) { c.Spec.Releases.Catalog[0].Digest = "sha256:ABC" },
+			want:   []string{"spec.releases.catalog[0].digest", "64 lowercase hex"},
+		},
+		{
+			name: "duplicate catalog versions",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Releases.Catalog = append(c.Spec.Releases.Catalog, v1.CatalogEntry{Version: "2026.10.10-001", Digest: digest2})
+			},
+			want: []string{"spec.releases.catalog[1]", "Duplicate value", "2026.10.10-001"},
+		},
+		{
+			name:   "negative maxUnavailable",
+			mutate: func(c *v1.Cluster) { c.Spec.Disruption.MaxUnavailable = &neg },
+			want:   []string{"spec.disruption.maxUnavailable", "0 or more"},
+		},
+		{
+			name:   "percentage over 100",
+			mutate: func(c *v1.Cluster) { c.Spec.Disruption.MaxUnavailable = &pct },
+			want:   []string{"spec.disruption.maxUnavailable", "percentage"},
+		},
+		{
+			name:   "bad version format",
+			mutate: func(c *v1.Cluster) { c.Spec.Version = "v1.2.3"; c.Spec.Releases.Catalog[0].Version = "v1.2.3" },
+			want:   []string{"YYYY.MM.DD-NNN"},
+		},
+		{
+			name:   "source not http",
+			mutate: func(c *v1.Cluster) { c.Spec.Releases.Source = "ftp://example.com" },
+			want:   []string{"spec.releases.source", "http:// or https://"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cluster("refused")
+			tc.mutate(c)
+			_, err := cs.LikenV1alpha1().Clusters().Create(ctx, c, metav1.CreateOptions{})
+			assert.Assert(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+			for _, w := range tc.want {
+				assert.Assert(t, is.Contains(err.Error(), w))
+			}
+			_, err = cs.LikenV1alpha1().Clusters().Get(ctx, "refused", metav1.GetOptions{})
+			assert.Assert(t, apierrors.IsNotFound(err), "a refused document must change nothing")
+		})
+	}
+
+	// An edit of spec.version to a release outside the catalog is refused
+	// and leaves the stored object as it was.
+	c, err := cs.LikenV1alpha1().Clusters().Create(ctx, cluster("edited"), metav1.CreateOptions{})
+	assert.NilError(t, err)
+	c.Spec.Version = "2026.12.01-001"
+	_, err = cs.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.ErrorContains(t, err, "2026.12.01-001 is not in spec.releases.catalog")
+	got, err := cs.LikenV1alpha1().Clusters().Get(ctx, "edited", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, got.Spec.Version, "2026.10.10-001")
+
+	// spec.cluster of a Machine cannot change.
+	m, err := cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec:       v1.MachineSpec{Cluster: "edited", Role: v1.RoleLeader},
+	}, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	m.Spec.Cluster = "other"
+	_, err = cs.LikenV1alpha1().Machines().Update(ctx, m, metav1.UpdateOptions{})
+	assert.ErrorContains(t, err, "spec.cluster cannot change")
+	_, err = cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-9"},
+		Spec:       v1.MachineSpec{Cluster: "edited", Role: "Boss"},
+	}, metav1.CreateOptions{})
+	assert.ErrorContains(t, err, `spec.role: Unsupported value: "Boss"`)
+}
+
+// TestSchemaKeepsEveryField stores fully populated objects and reads them
+// back: a field the hand-written schema lacks would be pruned.
+func TestSchemaKeepsEveryField(t *testing.T) {
+	_, cs := setup(t)
+	ctx := context.Background()
+	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	one := intstr.FromString("20%")
+	c := cluster("full")
+	c.Spec.Releases.PollInterval = &metav1.Duration{Duration: 30 * time.Minute}
+	c.Spec.Network = v1.NetworkSpec{Endpoint: "https://10.0.0.10:6443", PodCIDR: "10.42.0.0/16", ServiceCIDR: "10.43.0.0/16", ClusterDNS: "10.43.0.10"}
+	c.Spec.Settings = v1.SharedSettings{
+		NTPServers:      []string{"ntp.example.com"},
+		Sysctls:         map[string]string{"vm.max_map_count": "262144"},
+		RegistryMirrors: []v1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"https://mirror.example.com"}}},
+		K3sArgs:         []string{"--flannel-backend=none"},
+		KernelArgs:      []string{"mitigations=auto"},
+		Banner:          "hello",
+	}
+	c.Spec.Disruption = v1.DisruptionSpec{
+		MaxUnavailable: &one,
+		DrainTimeout:   &metav1.Duration{Duration: time.Minute},
+		TrialTimeout:   &metav1.Duration{Duration: 2 * time.Minute},
+		StallTimeout:   &metav1.Duration{Duration: 3 * time.Minute},
+	}
+	created, err := cs.LikenV1alpha1().Clusters().Create(ctx, c, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	created.Status = v1.ClusterStatus{
+		Phase:       v1.ClusterUpdating,
+		Machines:    "1/2",
+		Leaders:     []string{"node-1"},
+		Endpoint:    "https://10.0.0.10:6443",
+		RebootTurns: []v1.RebootTurn{{Machine: "node-2", Reason: v1.TurnRelease, Change: "abc", Leader: true, BootID: "b1", GrantedAt: now}},
+		Turns:       "node-2",
+		Releases: v1.ReleasesStatus{Newest: "2026.10.10-001", Available: "2026.10.11-001", AvailableDigest: digest2,
+			CheckedAt: &now, Error: "x", ObservedCheckRequest: "r"},
+		Halt:               &v1.RolloutHalt{Reason: v1.ReasonTrialFailed, Machine: "node-2", Version: "2026.10.10-001", Message: "m", Since: now},
+		ObservedResume:     "r1",
+		Conditions:         []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Updating", Message: "m", LastTransitionTime: now, ObservedGeneration: 1}},
+		ObservedGeneration: 1,
+	}
+	updated, err := cs.LikenV1alpha1().Clusters().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	got, err := cs.LikenV1alpha1().Clusters().Get(ctx, "full", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got.Spec, c.Spec)
+	assert.DeepEqual(t, got.Status, updated.Status)
+	assert.DeepEqual(t, got.Status, created.Status, cmp.Comparer(func(a, b metav1.Time) bool { return a.Equal(&b) }))
+
+	m := &v1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec: v1.MachineSpec{
+			Cluster: "full", Role: v1.RoleWorker, RebootPolicy: v1.RebootAuto,
+			Disks:         []v1.Disk{{Device: "/dev/vdb", MountPoint: "/var/lib/data", Filesystem: "xfs"}},
+			Ports:         []v1.Port{{Name: "eth0", MAC: "52:54:00:12:34:56", DHCP: false, Addresses: []string{"192.0.2.10/24"}, Gateway: "192.0.2.1", MTU: 9000}},
+			KernelModules: []v1.KernelModule{{Name: "vfio-pci", Parameters: []string{"ids=10de:1eb8"}}},
+		},
+	}
+	createdM, err := cs.LikenV1alpha1().Machines().Create(ctx, m, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	createdM.Status = v1.MachineStatus{
+		Phase: v1.MachineDownloading, Version: "2026.10.10-001", Slot: "A", Staged: "2026.10.11-001",
+		Slots:                 []v1.SlotStatus{{Name: "A", State: v1.SlotActive, Version: "2026.10.10-001", Digest: digest1}, {Name: "B", State: v1.SlotDownloading}},
+		Download:              &v1.DownloadProgress{Version: "2026.10.11-001", BytesDone: 10, BytesTotal: 20},
+		Pending:               []v1.PendingChange{{Field: "cluster.spec.version", Class: v1.ClassReboot, Since: now}},
+		Change:                "abc",
+		ObservedRebootRequest: "r",
+		Observed: v1.ObservedState{
+			Disks:   []v1.ObservedDisk{{Device: "/dev/vdb", SizeBytes: 1 << 30, MountPoint: "/var/lib/data"}},
+			Ports:   []v1.ObservedPort{{Name: "eth0", MAC: "52:54:00:12:34:56", Addresses: []string{"192.0.2.10/24"}, Up: true}},
+			Modules: []string{"vfio_pci"}, BootID: "b1", LastBoot: &now,
+		},
+		Conditions:         []metav1.Condition{{Type: v1.ConditionTrialFailed, Status: metav1.ConditionFalse, Reason: "None", Message: "m", LastTransitionTime: now}},
+		ObservedGeneration: 1,
+	}
+	want := createdM.Status
+	_, err = cs.LikenV1alpha1().Machines().UpdateStatus(ctx, createdM, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	gotM, err := cs.LikenV1alpha1().Machines().Get(ctx, "node-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, gotM.Spec, m.Spec)
+	assert.DeepEqual(t, gotM.Status, want, cmp.Comparer(func(a, b metav1.Time) bool { return a.Equal(&b) }))
+}
+
+// TestMachineIdentity checks that a machine writes only its own Machine's
+// status and its own heartbeat Lease.
+func TestMachineIdentity(t *testing.T) {
+	cp, cs := setup(t)
+	ctx := context.Background()
+	for _, n := range []string{"node-1", "node-2"} {
+		_, err := cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Name: n},
+			Spec:       v1.MachineSpec{Cluster: "c", Role: v1.RoleWorker},
+		}, metav1.CreateOptions{})
+		assert.NilError(t, err)
+	}
+	_, err := cs.LikenV1alpha1().Clusters().Create(ctx, cluster("c"), metav1.CreateOptions{})
+	assert.NilError(t, err)
+
+	asNode1, err := versioned.NewForConfig(cp.Config("system:node:node-1"))
+	assert.NilError(t, err)
+
+	own, err := asNode1.LikenV1alpha1().Machines().Get(ctx, "node-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	own.Status.Phase = v1.MachineReady
+	_, err = asNode1.LikenV1alpha1().Machines().UpdateStatus(ctx, own, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+
+	other, err := asNode1.LikenV1alpha1().Machines().Get(ctx, "node-2", metav1.GetOptions{})
+	assert.NilError(t, err)
+	other.Status.Phase = v1.MachineReady
+	_, err = asNode1.LikenV1alpha1().Machines().UpdateStatus(ctx, other, metav1.UpdateOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "got %v", err)
+	assert.ErrorContains(t, err, "may write only the status of its own Machine node-1")
+
+	own, err = asNode1.LikenV1alpha1().Machines().Get(ctx, "node-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	own.Spec.RebootPolicy = v1.RebootAuto
+	_, err = asNode1.LikenV1alpha1().Machines().Update(ctx, own, metav1.UpdateOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "got %v", err)
+
+	c, err := asNode1.LikenV1alpha1().Clusters().Get(ctx, "c", metav1.GetOptions{})
+	assert.NilError(t, err, "a machine reads its Cluster")
+	c.Status.Phase = v1.ClusterReady
+	_, err = asNode1.LikenV1alpha1().Clusters().UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "got %v", err)
+
+	// kubectl as the machine: its own status, and not another's.
+	kc := cp.MachineKubeconfig("node-1")
+	_, err = cp.KubectlAs(ctx, kc, "patch", "machine", "node-1", "--subresource", "status", "--type", "merge", "-p", `{"status":{"slot":"A"}}`)
+	assert.NilError(t, err)
+	out, err := cp.KubectlAs(ctx, kc, "patch", "machine", "node-2", "--subresource", "status", "--type", "merge", "-p", `{"status":{"slot":"A"}}`)
+	assert.ErrorContains(t, err, "exit status")
+	assert.Assert(t, is.Contains(out, "Forbidden"))
+
+	// Heartbeat Leases: its own, not another's.
+	lease := `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"%[1]s","namespace":"liken-system"},"spec":{"holderIdentity":"%[1]s"}}`
+	_, err = kubectlStdin(ctx, kc, fmt.Sprintf(lease, "node-1"))
+	assert.NilError(t, err)
+	out, err = kubectlStdin(ctx, kc, fmt.Sprintf(lease, "node-2"))
+	assert.ErrorContains(t, err, "exit status")
+	assert.Assert(t, is.Contains(out, "may renew only its own heartbeat Lease liken-system/node-1"))
+}
