@@ -1,0 +1,362 @@
+package changes
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+)
+
+// OS applies changes to the running operating system: sysctls and NTP
+// live, k3s's configuration with a restart of k3s, and, at boot, kernel
+// modules, network ports, data disks and the console banner. Every path
+// is under Root so tests can run it in a folder.
+type OS struct {
+	// Root prefixes every path: "/" on a machine.
+	Root string
+	// Run runs a command; nil runs it with os/exec.
+	Run func(ctx context.Context, name string, args ...string) error
+}
+
+// Files the OS applier writes, relative to Root.
+const (
+	TimesyncdDropIn  = "etc/systemd/timesyncd.conf.d/50-liken.conf"
+	K3sArgsFile      = "etc/liken/k3s-args"
+	K3sRegistries    = "etc/rancher/k3s/registries.yaml"
+	K3sNetworkFile   = "etc/liken/k3s-network.env"
+	KernelArgsFile   = "boot/grub/liken-args.cfg"
+	BannerFile       = "etc/issue"
+	NetworkdDir      = "etc/systemd/network"
+	ModulesProcFile  = "proc/modules"
+	bootStatProcFile = "proc/stat"
+)
+
+var (
+	sysctlName = regexp.MustCompile(`^[a-z0-9_]+(\.[a-zA-Z0-9_\-]+)+$`)
+	safeWord   = regexp.MustCompile(`^[A-Za-z0-9_.,:=/@+\-]+$`)
+)
+
+func (o *OS) path(rel string) string { return filepath.Join(o.Root, rel) }
+
+func (o *OS) run(ctx context.Context, name string, args ...string) error {
+	if o.Run != nil {
+		return o.Run(ctx, name, args...)
+	}
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (o *OS) write(rel string, data []byte, mode os.FileMode) error {
+	p := o.path(rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	tmp := p + ".liken-tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// ApplyLive writes the sysctls to /proc/sys and the NTP servers to a
+// systemd-timesyncd drop-in, restarting timesyncd when they changed.
+func (o *OS) ApplyLive(ctx context.Context, cfg Config, changed []Change) error {
+	if err := o.sysctls(cfg.Settings.Sysctls); err != nil {
+		return err
+	}
+	for _, c := range changed {
+		if c.Field == FieldNTPServers {
+			if err := o.ntp(cfg.Settings.NTPServers); err != nil {
+				return err
+			}
+			if err := o.run(ctx, "systemctl", "try-restart", "systemd-timesyncd.service"); err != nil {
+				return fmt.Errorf("restarting the time service for the new NTP servers: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func (o *OS) sysctls(s map[string]string) error {
+	names := make([]string, 0, len(s))
+	for k := range s {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !sysctlName.MatchString(k) || strings.Contains(k, "..") {
+			return fmt.Errorf("sysctl %q is not a kernel parameter name (such as vm.max_map_count)", k)
+		}
+		p := o.path(filepath.Join("proc/sys", strings.ReplaceAll(k, ".", "/")))
+		if err := os.WriteFile(p, []byte(s[k]+"\n"), 0o644); err != nil {
+			return fmt.Errorf("setting sysctl %s=%s: %w", k, s[k], err)
+		}
+	}
+	return nil
+}
+
+func (o *OS) ntp(servers []string) error {
+	for _, s := range servers {
+		if !safeWord.MatchString(s) {
+			return fmt.Errorf("NTP server %q is not a host name or address", s)
+		}
+	}
+	return o.write(TimesyncdDropIn, []byte("# Written by liken-node from the Cluster's settings.ntpServers.\n[Time]\nNTP="+strings.Join(servers, " ")+"\n"), 0o644)
+}
+
+func (o *OS) k3sFiles(cfg Config) error {
+	var args bytes.Buffer
+	for _, a := range cfg.Settings.K3sArgs {
+		if strings.ContainsAny(a, "\n\x00") {
+			return fmt.Errorf("k3s argument %q holds a line break", a)
+		}
+		args.WriteString(a + "\n")
+	}
+	if err := o.write(K3sArgsFile, args.Bytes(), 0o644); err != nil {
+		return err
+	}
+	var reg bytes.Buffer
+	reg.WriteString("# Written by liken-node from the Cluster's settings.registryMirrors.\nmirrors:\n")
+	for _, m := range cfg.Settings.RegistryMirrors {
+		fmt.Fprintf(&reg, "  %s:\n    endpoint:\n", strconv.Quote(m.Registry))
+		for _, e := range m.Endpoints {
+			fmt.Fprintf(&reg, "    - %s\n", strconv.Quote(e))
+		}
+	}
+	if err := o.write(K3sRegistries, reg.Bytes(), 0o600); err != nil {
+		return err
+	}
+	n := cfg.Network
+	env := fmt.Sprintf("LIKEN_ROLE=%s\nLIKEN_ENDPOINT=%s\nLIKEN_POD_CIDR=%s\nLIKEN_SERVICE_CIDR=%s\nLIKEN_CLUSTER_DNS=%s\n",
+		strconv.Quote(string(cfg.Role)), strconv.Quote(n.Endpoint), strconv.Quote(n.PodCIDR), strconv.Quote(n.ServiceCIDR), strconv.Quote(n.ClusterDNS))
+	return o.write(K3sNetworkFile, []byte(env), 0o644)
+}
+
+func k3sUnit(role likenv1.MachineRole) string {
+	if role == likenv1.RoleLeader {
+		return "k3s.service"
+	}
+	return "k3s-agent.service"
+}
+
+// RestartK3s writes the k3s arguments and registries.yaml, then restarts
+// k3s; the pods keep running across a k3s restart.
+func (o *OS) RestartK3s(ctx context.Context, cfg Config, _ []Change) error {
+	if err := o.k3sFiles(cfg); err != nil {
+		return err
+	}
+	if err := o.run(ctx, "systemctl", "restart", k3sUnit(cfg.Role)); err != nil {
+		return fmt.Errorf("restarting k3s: %w", err)
+	}
+	return nil
+}
+
+// StageBoot writes the kernel arguments where the boot script reads them
+// (a GRUB script that sets liken_kernel_args).
+func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
+	for _, a := range cfg.Settings.KernelArgs {
+		if !safeWord.MatchString(a) {
+			return fmt.Errorf("kernel argument %q holds characters a kernel command line cannot carry", a)
+		}
+	}
+	return o.write(KernelArgsFile, []byte("set liken_kernel_args=\""+strings.Join(cfg.Settings.KernelArgs, " ")+"\"\n"), 0o644)
+}
+
+// Boot loads the kernel modules, writes the network configuration, mounts
+// the data disks (making a filesystem only on a disk that has none),
+// writes the banner, the Live settings and k3s's files.
+func (o *OS) Boot(ctx context.Context, cfg Config) error {
+	for _, m := range cfg.KernelModules {
+		for _, p := range append([]string{m.Name}, m.Parameters...) {
+			if !safeWord.MatchString(p) {
+				return fmt.Errorf("kernel module %s: %q is not a module name or key=value parameter", m.Name, p)
+			}
+		}
+		if err := o.run(ctx, "modprobe", append([]string{m.Name}, m.Parameters...)...); err != nil {
+			return fmt.Errorf("loading kernel module %s: %w", m.Name, err)
+		}
+	}
+	for _, p := range cfg.Ports {
+		if err := o.port(p); err != nil {
+			return err
+		}
+	}
+	if len(cfg.Ports) > 0 {
+		if err := o.run(ctx, "networkctl", "reload"); err != nil {
+			return fmt.Errorf("reloading the network configuration: %w", err)
+		}
+	}
+	for _, d := range cfg.Disks {
+		if err := o.disk(ctx, d); err != nil {
+			return err
+		}
+	}
+	if err := o.write(BannerFile, []byte(cfg.Settings.Banner+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := o.sysctls(cfg.Settings.Sysctls); err != nil {
+		return err
+	}
+	if err := o.ntp(cfg.Settings.NTPServers); err != nil {
+		return err
+	}
+	return o.k3sFiles(cfg)
+}
+
+func (o *OS) port(p likenv1.Port) error {
+	if !safeWord.MatchString(p.Name) {
+		return fmt.Errorf("port name %q is not an interface name", p.Name)
+	}
+	var b bytes.Buffer
+	b.WriteString("# Written by liken-node from the Machine's spec.ports.\n[Match]\n")
+	if p.MAC != "" {
+		if _, err := net.ParseMAC(p.MAC); err != nil {
+			return fmt.Errorf("port %s: MAC %q: %w", p.Name, p.MAC, err)
+		}
+		fmt.Fprintf(&b, "MACAddress=%s\n", p.MAC)
+	} else {
+		fmt.Fprintf(&b, "Name=%s\n", p.Name)
+	}
+	if p.MTU > 0 {
+		fmt.Fprintf(&b, "\n[Link]\nMTUBytes=%d\n", p.MTU)
+	}
+	b.WriteString("\n[Network]\n")
+	if p.DHCP {
+		b.WriteString("DHCP=yes\n")
+	}
+	for _, a := range p.Addresses {
+		if _, _, err := net.ParseCIDR(a); err != nil {
+			return fmt.Errorf("port %s: address %q is not in CIDR form (such as 10.0.0.11/24)", p.Name, a)
+		}
+		fmt.Fprintf(&b, "Address=%s\n", a)
+	}
+	if p.Gateway != "" {
+		if net.ParseIP(p.Gateway) == nil {
+			return fmt.Errorf("port %s: gateway %q is not an IP address", p.Name, p.Gateway)
+		}
+		fmt.Fprintf(&b, "Gateway=%s\n", p.Gateway)
+	}
+	return o.write(filepath.Join(NetworkdDir, "50-liken-"+p.Name+".network"), b.Bytes(), 0o644)
+}
+
+func (o *OS) disk(ctx context.Context, d likenv1.Disk) error {
+	mp := filepath.Clean(d.MountPoint)
+	if !strings.HasPrefix(mp, "/var/") || strings.Contains(d.MountPoint, "..") {
+		return fmt.Errorf("disk %s: mount point %q must be a folder under /var", d.Device, d.MountPoint)
+	}
+	fs := d.Filesystem
+	if fs == "" {
+		fs = "ext4"
+	}
+	if fs != "ext4" && fs != "xfs" {
+		return fmt.Errorf("disk %s: filesystem %q is not ext4 or xfs", d.Device, fs)
+	}
+	if err := os.MkdirAll(o.path(mp), 0o755); err != nil {
+		return err
+	}
+	// blkid exits 2 when the device holds no filesystem it knows.
+	if err := o.run(ctx, "blkid", "-p", d.Device); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			return fmt.Errorf("disk %s: reading its filesystem: %w", d.Device, err)
+		}
+		if err := o.run(ctx, "mkfs."+fs, d.Device); err != nil {
+			return fmt.Errorf("disk %s: making an %s filesystem: %w", d.Device, fs, err)
+		}
+	}
+	if err := o.run(ctx, "mount", "-t", fs, d.Device, mp); err != nil {
+		return fmt.Errorf("disk %s: mounting on %s: %w", d.Device, mp, err)
+	}
+	return nil
+}
+
+// Observe reads the block devices from /sys/block, the mounts from
+// /proc/mounts, the network interfaces from /sys/class/net, the loaded
+// modules from /proc/modules and the boot time from /proc/stat.
+func (o *OS) Observe(_ context.Context, _ Config) (likenv1.ObservedState, error) {
+	var st likenv1.ObservedState
+	mounts := map[string]string{}
+	if b, err := os.ReadFile(o.path("proc/mounts")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 {
+				mounts[f[0]] = f[1]
+			}
+		}
+	}
+	if ents, err := os.ReadDir(o.path("sys/block")); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "loop") || strings.HasPrefix(e.Name(), "ram") {
+				continue
+			}
+			d := likenv1.ObservedDisk{Device: "/dev/" + e.Name(), MountPoint: mounts["/dev/"+e.Name()]}
+			if b, err := os.ReadFile(o.path(filepath.Join("sys/block", e.Name(), "size"))); err == nil {
+				if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+					d.SizeBytes = n * 512
+				}
+			}
+			st.Disks = append(st.Disks, d)
+		}
+	}
+	if ents, err := os.ReadDir(o.path("sys/class/net")); err == nil {
+		for _, e := range ents {
+			if e.Name() == "lo" {
+				continue
+			}
+			p := likenv1.ObservedPort{Name: e.Name()}
+			if b, err := os.ReadFile(o.path(filepath.Join("sys/class/net", e.Name(), "address"))); err == nil {
+				p.MAC = strings.TrimSpace(string(b))
+			}
+			if b, err := os.ReadFile(o.path(filepath.Join("sys/class/net", e.Name(), "operstate"))); err == nil {
+				p.Up = strings.TrimSpace(string(b)) == "up"
+			}
+			if o.Root == "/" || o.Root == "" {
+				if ifc, err := net.InterfaceByName(e.Name()); err == nil {
+					if addrs, err := ifc.Addrs(); err == nil {
+						for _, a := range addrs {
+							p.Addresses = append(p.Addresses, a.String())
+						}
+					}
+				}
+			}
+			st.Ports = append(st.Ports, p)
+		}
+	}
+	if f, err := os.Open(o.path(ModulesProcFile)); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if fl := strings.Fields(sc.Text()); len(fl) > 0 {
+				st.Modules = append(st.Modules, fl[0])
+			}
+		}
+		f.Close()
+		sort.Strings(st.Modules)
+	}
+	if b, err := os.ReadFile(o.path(bootStatProcFile)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "btime "); ok {
+				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					t := metav1.NewTime(time.Unix(n, 0).UTC())
+					st.LastBoot = &t
+				}
+			}
+		}
+	}
+	return st, nil
+}
