@@ -1,0 +1,52 @@
+// Package release reads, writes, fetches and verifies liken releases and their channel.
+//
+// A channel is a directory any web server can share:
+//
+//	<channel>/index.yaml                 every release the channel announces
+//	<channel>/<version>/release.yaml     the release document
+//	<channel>/<version>/<artifact path>  the files the document lists
+//
+// A cluster pins each release by the digest of its release.yaml bytes
+// (Digest). Every byte a machine downloads is checked against that digest
+// or against the sha256 the verified document gives for the artifact.
+package release
+
+// Limits on what a channel may send. Every document is read with a bound
+// and refused beyond it, so a hostile or broken channel cannot exhaust a
+// machine's memory or disk.
+const (
+	// MaxDocumentBytes bounds the size of a release.yaml.
+	MaxDocumentBytes = 1 << 20
+	// MaxIndexBytes bounds the size of an index.yaml.
+	MaxIndexBytes = 4 << 20
+	// MaxArtifacts bounds the number of artifacts in one release.
+	MaxArtifacts = 256
+	// MaxIndexEntries bounds the number of releases an index may announce.
+	MaxIndexEntries = 10000
+	// MaxArtifactBytes bounds the size of one artifact.
+	MaxArtifactBytes int64 = 16 << 30
+	// MaxReleaseBytes bounds the total size of a release's artifacts.
+	MaxReleaseBytes int64 = 32 << 30
+	// MaxPathLength bounds the length of an artifact path.
+	MaxPathLength = 255
+)
+
+// Names and format markers of the channel files.
+const (
+	// DocumentName is the file name of the release document.
+	DocumentName = "release.yaml"
+	// IndexName is the file name of the channel index.
+	IndexName = "index.yaml"
+	// RootfsPath is the artifact every release holds: the OS image.
+	RootfsPath = "rootfs.squashfs"
+	// APIVersion marks the format of release documents and indexes.
+	APIVersion = "liken.sh/v1alpha1"
+	// KindRelease is the kind of a release document.
+	KindRelease = "Release"
+	// KindIndex is the kind of a channel index.
+	KindIndex = "ReleaseIndex"
+)
+
+// bufferSize is the size of the buffers used to copy and hash artifacts:
+// large enough that the per-call overhead is negligible next to hashing.
+const bufferSize = 1 << 20
