@@ -1,0 +1,156 @@
+package boot
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+func TestGRUBLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	bl := NewGRUB(dir)
+
+	st, err := bl.State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, State{Proven: SlotA}, "no files: the firmware boots A")
+
+	// Installation.
+	assert.NilError(t, bl.Commit(SlotA))
+	for _, f := range []string{EnvFile, BackupFile} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		assert.NilError(t, err)
+		assert.Equal(t, fi.Size(), int64(EnvBlockSize))
+	}
+	assert.NilError(t, bl.(*GRUB).Check())
+
+	// Upgrade to B: arm, the firmware tries B once, commit.
+	assert.ErrorContains(t, bl.ArmTrial(SlotA), "already the proven slot")
+	assert.ErrorContains(t, bl.ArmTrial("C"), "invalid boot slot")
+	assert.NilError(t, bl.ArmTrial(SlotB))
+	st, err = bl.State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, State{Proven: SlotA, Trial: SlotB})
+	slot, trial, err := SelectBoot(dir)
+	assert.NilError(t, err)
+	assert.Equal(t, slot, SlotB)
+	assert.Assert(t, trial)
+	st, err = bl.State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, State{Proven: SlotA}, "the firmware cleared the flag")
+	assert.NilError(t, bl.Commit(SlotB))
+	slot, trial, err = SelectBoot(dir)
+	assert.NilError(t, err)
+	assert.Equal(t, slot, SlotB)
+	assert.Assert(t, !trial)
+
+	// Arm, then withdraw.
+	assert.NilError(t, bl.ArmTrial(SlotA))
+	assert.NilError(t, bl.DisarmTrial())
+	slot, trial, err = SelectBoot(dir)
+	assert.NilError(t, err)
+	assert.Equal(t, slot, SlotB)
+	assert.Assert(t, !trial)
+	assert.ErrorContains(t, bl.Commit(""), "invalid boot slot")
+}
+
+func TestGRUBKeepsOtherVariables(t *testing.T) {
+	blk, err := NewEnvBlock([]EnvVar{{"saved_entry", "x"}, {VarTrial, "0"}, {VarProven, "B"}})
+	assert.NilError(t, err)
+	dir := bootDir(t, blk, blk)
+	assert.NilError(t, NewGRUB(dir).ArmTrial(SlotA))
+	for _, f := range []string{EnvFile, BackupFile} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		assert.NilError(t, err)
+		vars, err := ParseEnvBlock(b)
+		assert.NilError(t, err)
+		assert.DeepEqual(t, vars, []EnvVar{{"saved_entry", "x"}, {VarTrial, "1"}, {VarProven, "B"}})
+	}
+
+	// Others that do not fit with liken's state are dropped, not liken's.
+	big := bytes.Clone(blk)
+	assert.Assert(t, envSet(big, "big", strings.Repeat("v", 850)))
+	dir = bootDir(t, big, big)
+	assert.NilError(t, NewGRUB(dir).Commit(SlotA))
+	st, err := readState(t, filepath.Join(dir, EnvFile))
+	assert.NilError(t, err)
+	assert.Equal(t, st, State{Proven: SlotA})
+}
+
+// TestGRUBWriteOrder: the backup is written first; an interrupted write
+// leaves the primary with the old state, which the firmware still boots.
+func TestGRUBWriteOrder(t *testing.T) {
+	dir := bootDir(t, mustEncode(t, State{Proven: SlotA}), mustEncode(t, State{Proven: SlotA}))
+	g := NewGRUB(dir).(*GRUB)
+	var order []string
+	g.write = func(path string, blk []byte) error {
+		order = append(order, filepath.Base(path))
+		if filepath.Base(path) == EnvFile {
+			return errors.New("power lost")
+		}
+		return writeInPlace(path, blk)
+	}
+	assert.ErrorContains(t, g.ArmTrial(SlotB), "writing boot state proven=A trial=B: power lost")
+	assert.DeepEqual(t, order, []string{BackupFile, EnvFile})
+	slot, trial, err := SelectBoot(dir)
+	assert.NilError(t, err)
+	assert.Equal(t, slot, SlotA)
+	assert.Assert(t, !trial)
+	assert.ErrorContains(t, g.Check(), "copies disagree")
+	// The next complete write repairs both.
+	g.write = writeInPlace
+	assert.NilError(t, g.Commit(SlotA))
+	assert.NilError(t, g.Check())
+}
+
+func TestGRUBRepairsCorruptCopies(t *testing.T) {
+	dir := bootDir(t, []byte("garbage"), mustEncode(t, State{Proven: SlotB}))
+	g := NewGRUB(dir).(*GRUB)
+	st, err := g.State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, State{Proven: SlotB})
+	assert.ErrorContains(t, g.Check(), "grubenv: boot state is corrupt")
+	assert.NilError(t, g.ArmTrial(SlotA))
+	assert.NilError(t, g.Check())
+	fi, err := os.Stat(filepath.Join(dir, EnvFile))
+	assert.NilError(t, err)
+	assert.Equal(t, fi.Size(), int64(EnvBlockSize))
+
+	// A longer file is cut to one block.
+	long := append(mustEncode(t, State{Proven: SlotB}), bytes.Repeat([]byte("x"), 3000)...)
+	dir = bootDir(t, long, long)
+	assert.NilError(t, NewGRUB(dir).Commit(SlotB))
+	fi, err = os.Stat(filepath.Join(dir, BackupFile))
+	assert.NilError(t, err)
+	assert.Equal(t, fi.Size(), int64(EnvBlockSize))
+}
+
+func TestGRUBUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	// A folder where the file should be cannot be read: that is an error,
+	// not a silent fallback to slot A.
+	assert.NilError(t, os.Mkdir(filepath.Join(dir, EnvFile), 0o755))
+	g := NewGRUB(dir)
+	_, err := g.State()
+	assert.ErrorContains(t, err, "reading boot state")
+	assert.ErrorContains(t, g.Commit(SlotB), "reading boot state")
+}
+
+func TestGrubConfig(t *testing.T) {
+	cfg := string(GrubConfig())
+	// The order that makes the trial one-shot: the flag is saved as 0
+	// before the trial kernel is loaded.
+	save := strings.Index(cfg, `save_env -f "${liken_from}" liken_trial`)
+	boot := strings.LastIndex(cfg, `liken_boot "${liken_slot}" "${liken_try}"`)
+	assert.Assert(t, save > 0 && boot > save, "save_env must come before the kernel is loaded")
+	for _, want := range []string{"load_env -f \"$1\" " + VarProven + " " + VarTrial, CmdlineSlot + "=$1", CmdlineTrial + "=1", "panic=${liken_panic}", BackupFile, EnvFile} {
+		assert.Assert(t, strings.Contains(cfg, want), "grub.cfg lacks %q", want)
+	}
+	// Callers get their own copy.
+	GrubConfig()[0] = 'x'
+	assert.Assert(t, GrubConfig()[0] == '#')
+}
