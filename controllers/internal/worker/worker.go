@@ -1,0 +1,114 @@
+// Package worker runs a controller's sync function over a typed,
+// rate-limited workqueue of object keys.
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// SyncFunc reconciles one key. A positive requeueAfter asks for another
+// sync after that delay; an error requeues the key with backoff.
+type SyncFunc func(ctx context.Context, key string) (requeueAfter time.Duration, err error)
+
+// Queue feeds keys to a SyncFunc: keys are deduplicated, a key is never
+// synced by two workers at once, and failures back off exponentially
+// (5 ms doubling up to 30 s).
+type Queue struct {
+	name  string
+	queue workqueue.TypedRateLimitingInterface[string]
+	sync  SyncFunc
+}
+
+// New returns a Queue named name (used in logs) whose delays run on clk.
+func New(name string, clk clock.WithTicker, sync SyncFunc) *Queue {
+	limiter := workqueue.NewTypedMaxOfRateLimiter[string](
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(20), 200)},
+	)
+	return &Queue{
+		name: name,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
+			Name:  name,
+			Clock: clk,
+		}),
+		sync: sync,
+	}
+}
+
+// Add queues key for a sync now.
+func (q *Queue) Add(key string) { q.queue.Add(key) }
+
+// AddAfter queues key for a sync after d.
+func (q *Queue) AddAfter(key string, d time.Duration) { q.queue.AddAfter(key, d) }
+
+// Len is the number of keys waiting.
+func (q *Queue) Len() int { return q.queue.Len() }
+
+// Run waits for the informers' caches, then runs workers until ctx ends.
+func (q *Queue) Run(ctx context.Context, workers int, synced ...cache.InformerSynced) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer q.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithValues("controller", q.name)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Waiting for informer caches")
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("%s: informer caches did not sync before shutdown", q.name)
+	}
+	logger.Info("Starting workers", "count", workers)
+	for range workers {
+		go wait.UntilWithContext(ctx, q.runWorker, time.Second)
+	}
+	<-ctx.Done()
+	logger.Info("Stopping workers")
+	return nil
+}
+
+func (q *Queue) runWorker(ctx context.Context) {
+	for q.processNext(ctx) {
+	}
+}
+
+// ProcessNext syncs one key from the queue; false once the queue shut
+// down. Tests use it to drive a controller step by step.
+func (q *Queue) ProcessNext(ctx context.Context) bool { return q.processNext(ctx) }
+
+func (q *Queue) processNext(ctx context.Context) bool {
+	key, shutdown := q.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer q.queue.Done(key)
+	logger := klog.FromContext(ctx).WithValues("key", key)
+	after, err := q.sync(klog.NewContext(ctx, logger), key)
+	switch {
+	case err != nil:
+		logger.Error(err, "Sync failed, will retry", "retries", q.queue.NumRequeues(key))
+		q.queue.AddRateLimited(key)
+	case after > 0:
+		q.queue.Forget(key)
+		q.queue.AddAfter(key, after)
+	default:
+		q.queue.Forget(key)
+	}
+	return true
+}
+
+// KeyOf is the queue key of a cluster-scoped object from an informer
+// event, including deletion tombstones; ok is false for anything else.
+func KeyOf(obj any) (key string, ok bool) {
+	k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return "", false
+	}
+	return k, true
+}

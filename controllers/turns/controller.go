@@ -1,0 +1,289 @@
+// Package turns is the turn controller: it keeps each Cluster's turn
+// ledger (status.rebootTurns), grants reboot turns under the disruption
+// budget, takes them back, and halts a rollout that stalled or whose
+// trial failed.
+package turns
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/controllers/internal/fleet"
+	"liken.sh/liken/controllers/internal/leadership"
+	"liken.sh/liken/controllers/internal/metrics"
+	"liken.sh/liken/controllers/internal/worker"
+	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
+	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+)
+
+// FieldManager is the field manager of the turn controller's writes.
+const FieldManager = "cluster-operator-turns"
+
+// Event reasons of the turn controller.
+const (
+	// EventTurnGranted: a machine got a reboot turn.
+	EventTurnGranted = "TurnGranted"
+	// EventTurnFinished: a machine came back Ready from its turn.
+	EventTurnFinished = "TurnFinished"
+	// EventTurnTakenBack: a turn was taken back before the machine started.
+	EventTurnTakenBack = "TurnTakenBack"
+	// EventTurnReleased: a person resumed a stalled rollout and the stalled
+	// turn was released.
+	EventTurnReleased = "TurnReleased"
+	// EventTrialSucceeded: a machine proved a new release.
+	EventTrialSucceeded = "TrialSucceeded"
+	// EventTrialFailed: a machine's trial boot failed; the rollout halts.
+	EventTrialFailed = "TrialFailed"
+	// EventRolloutStalled: a turn outlived the stall timeout; the rollout halts.
+	EventRolloutStalled = "RolloutStalled"
+	// EventRolloutResumed: a halt was lifted.
+	EventRolloutResumed = "RolloutResumed"
+)
+
+// StatusWriter is the one write the turn controller makes: an update of a
+// Cluster's status that carries the resourceVersion it read.
+type StatusWriter interface {
+	UpdateStatus(ctx context.Context, c *likenv1.Cluster, opts metav1.UpdateOptions) (*likenv1.Cluster, error)
+}
+
+// Config is what the turn controller needs.
+type Config struct {
+	Clusters likeninformers.ClusterInformer
+	Machines likeninformers.MachineInformer
+	Nodes    coreinformers.NodeInformer
+	Writer   StatusWriter
+	Recorder events.EventRecorder
+	Metrics  *metrics.Metrics
+	Clock    clock.WithTicker
+	// Term is this copy's leadership: its start plus StartupGrace is when
+	// granting begins; its Fence is confirmed before every grant.
+	Term         leadership.Term
+	StartupGrace time.Duration
+}
+
+// Controller is the turn controller.
+type Controller struct {
+	cfg      Config
+	clusters likenlisters.ClusterLister
+	machines cache.Indexer
+	nodes    corelisters.NodeLister
+	queue    *worker.Queue
+	synced   []cache.InformerSynced
+	// waitingSince is when this copy first saw a machine wait for a turn
+	// for a given change, for the grant latency metric.
+	waitingSince map[string]time.Time
+}
+
+// New wires the controller to its informers. Call before the informers
+// start.
+func New(cfg Config) (*Controller, error) {
+	if err := fleet.AddIndexers(cfg.Machines.Informer()); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg:          cfg,
+		clusters:     cfg.Clusters.Lister(),
+		machines:     cfg.Machines.Informer().GetIndexer(),
+		nodes:        cfg.Nodes.Lister(),
+		waitingSince: map[string]time.Time{},
+	}
+	c.queue = worker.New("turns", cfg.Clock, c.sync)
+	c.synced = []cache.InformerSynced{cfg.Clusters.Informer().HasSynced, cfg.Machines.Informer().HasSynced, cfg.Nodes.Informer().HasSynced}
+
+	enqueueCluster := func(obj any) {
+		if k, ok := worker.KeyOf(obj); ok {
+			c.queue.Add(k)
+		}
+	}
+	enqueueMachine := func(obj any) {
+		if k, ok := fleet.ClusterOfMachine(obj); ok {
+			c.queue.Add(k)
+		}
+	}
+	enqueueNode := func(obj any) {
+		name, ok := worker.KeyOf(obj)
+		if !ok {
+			return
+		}
+		if o, exists, _ := c.machines.GetByKey(name); exists {
+			enqueueMachine(o)
+		}
+	}
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		fn  func(any)
+	}{
+		{cfg.Clusters.Informer(), enqueueCluster},
+		{cfg.Machines.Informer(), enqueueMachine},
+		{cfg.Nodes.Informer(), enqueueNode},
+	}
+	for _, h := range handlers {
+		fn := h.fn
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    fn,
+			UpdateFunc: func(_, n any) { fn(n) },
+			DeleteFunc: fn,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Run syncs until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	return c.queue.Run(ctx, workers, c.synced...)
+}
+
+// Sync decides once for the cluster named key (tests drive it directly).
+func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error) {
+	return c.sync(ctx, key)
+}
+
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	cluster, err := c.clusters.Get(key)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	machines, err := fleet.MachinesOf(c.machines, cluster.Name)
+	if err != nil {
+		return 0, err
+	}
+	nodes := make(map[string]Node, len(machines))
+	for _, m := range machines {
+		state, n, err := fleet.NodeStateOf(c.nodes, m.Name)
+		if err != nil {
+			return 0, err
+		}
+		nodes[m.Name] = Node{State: state, Unschedulable: n != nil && n.Spec.Unschedulable}
+	}
+	now := c.cfg.Clock.Now()
+	d := Decide(Input{
+		Cluster:   cluster,
+		Machines:  machines,
+		Nodes:     nodes,
+		Now:       now,
+		GrantFrom: c.cfg.Term.Since.Add(c.cfg.StartupGrace),
+		Identity:  c.cfg.Term.Identity,
+	})
+	c.trackWaiting(cluster.Name, d.Waiting, now)
+
+	if equality.Semantic.DeepEqual(cluster.Status, d.Status) {
+		return d.RequeueAfter, nil
+	}
+	if len(d.Granted) > 0 {
+		// A copy that was paused must not grant from what it saw before.
+		if err := c.cfg.Term.Fence.Confirm(ctx); err != nil {
+			return 0, fmt.Errorf("not granting turns to %s: %w", fleet.TurnsString(d.Granted), err)
+		}
+	}
+	updated := cluster.DeepCopy()
+	updated.Status = d.Status
+	// The write carries the resourceVersion read with the cluster: if the
+	// ledger changed since, the API server refuses it and the key is
+	// synced again from the newer version.
+	if _, err := c.cfg.Writer.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		if apierrors.IsConflict(err) {
+			logger.V(2).Info("Cluster changed since it was read; deciding again", "cluster", klog.KObj(cluster))
+		}
+		return 0, fmt.Errorf("writing the turn ledger of cluster %s: %w", cluster.Name, err)
+	}
+	c.report(ctx, cluster, machines, d, now)
+	return d.RequeueAfter, nil
+}
+
+// trackWaiting remembers when each waiting machine was first seen waiting
+// for its current change.
+func (c *Controller) trackWaiting(cluster string, waiting []*likenv1.Machine, now time.Time) {
+	seen := map[string]bool{}
+	for _, m := range waiting {
+		k := cluster + "/" + m.Name + "/" + m.Status.Change
+		seen[k] = true
+		if _, ok := c.waitingSince[k]; !ok {
+			c.waitingSince[k] = now
+		}
+	}
+	prefix := cluster + "/"
+	for k := range c.waitingSince {
+		if len(k) > len(prefix) && k[:len(prefix)] == prefix && !seen[k] {
+			delete(c.waitingSince, k)
+		}
+	}
+}
+
+// report logs, records events and metrics for a decision that was
+// written.
+func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machines []*likenv1.Machine, d Decision, now time.Time) {
+	logger := klog.FromContext(ctx)
+	rec := c.cfg.Recorder
+	byName := map[string]*likenv1.Machine{}
+	for _, m := range machines {
+		byName[m.Name] = m
+	}
+	// event records on the Cluster, and on the Machine when it exists.
+	event := func(machine, eventType, reason, action, note string) {
+		rec.Eventf(cluster, nil, eventType, reason, action, "%s", note)
+		if m := byName[machine]; m != nil {
+			rec.Eventf(m, cluster, eventType, reason, action, "%s", note)
+		}
+	}
+	for _, e := range d.Ended {
+		c.cfg.Metrics.TurnsEnded.WithLabelValues(cluster.Name, string(e.Result)).Inc()
+		logger.Info("Turn ended", "cluster", klog.KObj(cluster), "machine", e.Turn.Machine, "result", e.Result, "message", e.Message)
+		switch e.Result {
+		case ResultFinished:
+			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnFinished, "EndTurn", e.Message)
+			if e.Turn.Reason == likenv1.TurnRelease {
+				event(e.Turn.Machine, corev1.EventTypeNormal, EventTrialSucceeded, "Trial", fmt.Sprintf(
+					"Machine %s proved release %s", e.Turn.Machine, byName[e.Turn.Machine].Status.Version))
+			}
+		case ResultTrialFailed:
+			event(e.Turn.Machine, corev1.EventTypeWarning, EventTrialFailed, "Trial", e.Message)
+		case ResultTakenBack:
+			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnTakenBack, "TakeBack", e.Message)
+		case ResultReleased:
+			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnReleased, "Release", e.Message)
+		}
+	}
+	if d.Lifted != nil {
+		c.cfg.Metrics.RolloutHalted.WithLabelValues(cluster.Name, d.Lifted.Reason).Set(0)
+		note := fmt.Sprintf("Lifted the %s halt (machine %s): %s", d.Lifted.Reason, d.Lifted.Machine, d.LiftedBecause)
+		logger.Info("Rollout resumed", "cluster", klog.KObj(cluster), "reason", d.Lifted.Reason, "because", d.LiftedBecause)
+		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventRolloutResumed, "Resume", "%s", note)
+	}
+	if d.Halted != nil {
+		c.cfg.Metrics.RolloutHalted.WithLabelValues(cluster.Name, d.Halted.Reason).Set(1)
+		logger.Info("Rollout halted", "cluster", klog.KObj(cluster), "reason", d.Halted.Reason, "machine", d.Halted.Machine)
+		if d.Halted.Reason == likenv1.ReasonRolloutStalled {
+			event(d.Halted.Machine, corev1.EventTypeWarning, EventRolloutStalled, "Halt", d.Halted.Message)
+		}
+	}
+	for _, t := range d.Granted {
+		c.cfg.Metrics.TurnsGranted.WithLabelValues(cluster.Name, string(t.Reason)).Inc()
+		k := cluster.Name + "/" + t.Machine + "/" + t.Change
+		if since, ok := c.waitingSince[k]; ok {
+			c.cfg.Metrics.GrantLatency.WithLabelValues(cluster.Name).Observe(now.Sub(since).Seconds())
+			delete(c.waitingSince, k)
+		}
+		logger.Info("Granted a turn", "cluster", klog.KObj(cluster), "machine", t.Machine, "reason", t.Reason, "change", t.Change, "leader", t.Leader)
+		event(t.Machine, corev1.EventTypeNormal, EventTurnGranted, "Grant", fmt.Sprintf(
+			"Granted a %s turn to machine %s for change %s", t.Reason, t.Machine, t.Change))
+	}
+}

@@ -1,0 +1,228 @@
+package turns
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/controllers/internal/leadership"
+	"liken.sh/liken/controllers/internal/metrics"
+	tu "liken.sh/liken/controllers/internal/testutil"
+	likenfake "liken.sh/liken/generated/clientset/versioned/fake"
+	likeninformers "liken.sh/liken/generated/informers/externalversions"
+)
+
+type fixture struct {
+	t        *testing.T
+	client   *likenfake.Clientset
+	ctrl     *Controller
+	clusters likeninformers.SharedInformerFactory
+	recorder *events.FakeRecorder
+	metrics  *metrics.Metrics
+	clock    *clocktesting.FakeClock
+	fenceErr error
+}
+
+func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
+	t.Helper()
+	f := &fixture{t: t, recorder: events.NewFakeRecorder(100), metrics: metrics.New(), clock: clocktesting.NewFakeClock(after)}
+	var likenObjs, kubeObjs []runtime.Object
+	for _, o := range objs {
+		switch o.(type) {
+		case *likenv1.Cluster, *likenv1.Machine:
+			likenObjs = append(likenObjs, o)
+		default:
+			kubeObjs = append(kubeObjs, o)
+		}
+	}
+	f.client = likenfake.NewSimpleClientset(likenObjs...)
+	tu.OptimisticUpdates(f.client, "clusters")
+	kube := kubefake.NewClientset(kubeObjs...)
+	f.clusters = likeninformers.NewSharedInformerFactory(f.client, 0)
+	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
+	ctrl, err := New(Config{
+		Clusters: f.clusters.Liken().V1alpha1().Clusters(),
+		Machines: f.clusters.Liken().V1alpha1().Machines(),
+		Nodes:    kf.Core().V1().Nodes(),
+		Writer:   f.client.LikenV1alpha1().Clusters(),
+		Recorder: f.recorder,
+		Metrics:  f.metrics,
+		Clock:    f.clock,
+		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
+			Fence: leadership.FenceFunc(func(context.Context) error { return f.fenceErr })},
+		StartupGrace: 40 * time.Second,
+	})
+	assert.NilError(t, err)
+	f.ctrl = ctrl
+	for _, o := range likenObjs {
+		switch o := o.(type) {
+		case *likenv1.Cluster:
+			assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Add(o))
+		case *likenv1.Machine:
+			assert.NilError(t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(o))
+		}
+	}
+	for _, o := range kubeObjs {
+		assert.NilError(t, kf.Core().V1().Nodes().Informer().GetIndexer().Add(o))
+	}
+	return f
+}
+
+// stored is the Cluster as the API server holds it.
+func (f *fixture) stored(name string) *likenv1.Cluster {
+	f.t.Helper()
+	c, err := f.client.LikenV1alpha1().Clusters().Get(context.Background(), name, metav1.GetOptions{})
+	assert.NilError(f.t, err)
+	return c
+}
+
+// refresh makes the informer cache catch up with the API server.
+func (f *fixture) refresh(name string) {
+	f.t.Helper()
+	assert.NilError(f.t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(f.stored(name)))
+}
+
+func (f *fixture) updates() int {
+	n := 0
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() == "update" {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func TestControllerGrantsWithTheResourceVersionItRead(t *testing.T) {
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease),
+		tu.Machine("other", tu.InCluster("elsewhere"), tu.WantsRelease),
+		tu.Node("a", true), tu.Node("b", true))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "a")
+	assert.Equal(t, c.ResourceVersion, "2")
+	assert.Equal(t, c.Status.RebootTurns[0].Change, "change-a")
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.TurnsGranted.WithLabelValues("lab", "Release")), 1.0)
+	assert.Equal(t, promtestutil.CollectAndCount(f.metrics.GrantLatency), 1)
+	evs := f.events()
+	assert.Equal(t, len(evs), 2, "one event on the Cluster, one on the Machine: %v", evs)
+	assert.Assert(t, is.Contains(evs[0], "Normal TurnGranted Granted a Release turn to machine a"))
+
+	// Nothing changed: no write.
+	f.refresh("lab")
+	before := f.updates()
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), before)
+}
+
+func TestControllerConflictDecidesAgain(t *testing.T) {
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease))
+	// Another copy recorded a turn for b after this copy's cache was filled.
+	other := f.stored("lab")
+	other.Status.RebootTurns = []likenv1.RebootTurn{tu.Turn("b", likenv1.TurnRelease, false, after)}
+	other.Status.Turns = "b"
+	_, err := f.client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), other, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.Assert(t, err != nil, "a write from a stale read must fail")
+	assert.Assert(t, apierrors.IsConflict(errors.Unwrap(err)), "%v", err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "b", "the stale grant added no turn")
+	assert.Equal(t, len(f.events()), 0)
+
+	// With the newer version read, the budget is full: no grant.
+	f.refresh("lab")
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "b")
+}
+
+func TestControllerFencedCopyDoesNotGrant(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2)), tu.Machine("a", tu.WantsRelease))
+	f.fenceErr = leadership.ErrNotLeader
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.Assert(t, errors.Is(err, leadership.ErrNotLeader))
+	assert.Equal(t, f.updates(), 0)
+}
+
+func TestControllerStartupGraceRequeues(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2)), tu.Machine("a", tu.WantsRelease))
+	f.clock.SetTime(tu.Epoch.Add(10 * time.Second))
+	after, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, after, 30*time.Second)
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "")
+	f.refresh("lab")
+
+	f.clock.SetTime(tu.Epoch.Add(40 * time.Second))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "a")
+}
+
+func TestControllerEventsForEndings(t *testing.T) {
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0"), tu.Turns(
+			tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Minute)),
+			tu.Turn("b", likenv1.TurnRelease, false, after.Add(-time.Minute)),
+			tu.Turn("gone", likenv1.TurnRelease, false, after.Add(-time.Minute)))),
+		tu.Machine("a", tu.FinishedOn(tu.Version2)),
+		tu.Machine("b", tu.WantsRelease, tu.TrialFailed))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	all := strings.Join(f.events(), "\n")
+	for _, want := range []string{"Normal TurnFinished", "Normal TrialSucceeded", "Warning TrialFailed", "Normal TurnTakenBack"} {
+		assert.Assert(t, is.Contains(all, want))
+	}
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Halt.Reason, likenv1.ReasonTrialFailed)
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.RolloutHalted.WithLabelValues("lab", "TrialFailed")), 1.0)
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.TurnsEnded.WithLabelValues("lab", "TakenBack")), 1.0)
+}
+
+// The reactor is what makes the conflict test meaningful: check it.
+func TestOptimisticUpdatesReactor(t *testing.T) {
+	client := likenfake.NewSimpleClientset(tu.Cluster("lab"))
+	tu.OptimisticUpdates(client, "clusters")
+	c := tu.Cluster("lab")
+	c.ResourceVersion = "7"
+	_, err := client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+	assert.Assert(t, apierrors.IsConflict(err), "%v", err)
+	c.ResourceVersion = "1"
+	got, err := client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, got.ResourceVersion, "2")
+}

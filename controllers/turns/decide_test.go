@@ -1,0 +1,490 @@
+package turns
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/controllers/internal/fleet"
+	tu "liken.sh/liken/controllers/internal/testutil"
+)
+
+// after is the test's "now": well past the startup grace.
+var after = tu.Epoch.Add(time.Hour)
+
+func input(c *likenv1.Cluster, machines []*likenv1.Machine, nodes map[string]Node) Input {
+	return Input{Cluster: c, Machines: machines, Nodes: nodes, Now: after, GrantFrom: tu.Epoch.Add(40 * time.Second), Identity: "op-1"}
+}
+
+func granted(d Decision) []string {
+	var out []string
+	for _, t := range d.Granted {
+		out = append(out, t.Machine)
+	}
+	return out
+}
+
+func progressing(t *testing.T, st likenv1.ClusterStatus) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(st.Conditions, likenv1.ConditionProgressing)
+	assert.Assert(t, c != nil, "no Progressing condition")
+	return *c
+}
+
+func notReady(names ...string) map[string]Node {
+	out := map[string]Node{}
+	for _, n := range names {
+		out[n] = Node{State: fleet.NodeNotReady}
+	}
+	return out
+}
+
+func TestBudget(t *testing.T) {
+	onV2 := tu.Runs(tu.Version2)
+	cases := []struct {
+		name     string
+		cluster  *likenv1.Cluster
+		machines []*likenv1.Machine
+		nodes    map[string]Node
+		want     []string
+		reason   string
+	}{
+		{
+			name:     "default budget is one machine",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c")},
+			want:     []string{"a"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "integer two",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.WantsRelease)},
+			want:     []string{"a", "b"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "forty percent of five is two",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("40%")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.WantsRelease),
+				tu.Machine("d", tu.WantsRelease), tu.Machine("e", tu.WantsRelease)},
+			want: []string{"a", "b"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "ten percent of five rounds up to one",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("10%")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.WantsRelease),
+				tu.Machine("d", tu.WantsRelease), tu.Machine("e", tu.WantsRelease)},
+			want: []string{"a"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "zero pauses",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease)},
+			want:     nil, reason: likenv1.ReasonPaused,
+		},
+		{
+			name:     "zero percent pauses",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0%")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease)},
+			want:     nil, reason: likenv1.ReasonPaused,
+		},
+		{
+			name:     "a held turn fills the budget",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(tu.Turn("c", likenv1.TurnRelease, false, after))),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.WantsRelease, tu.Phase(likenv1.MachineUpdating))},
+			want:     nil, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a Lost machine without a turn counts",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.Phase(likenv1.MachineLost))},
+			want:     []string{"a"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a Lost machine fills a budget of one",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("c", tu.Phase(likenv1.MachineLost))},
+			want:     nil, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a NotReady node without a turn counts",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c")},
+			nodes:    notReady("c"),
+			want:     []string{"a"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a machine with no Node does not count",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c")},
+			nodes:    map[string]Node{"a": {State: fleet.NodeReady}, "b": {State: fleet.NodeReady}},
+			want:     []string{"a", "b"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name: "a Lost machine that holds a turn counts once",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2"),
+				tu.Turns(tu.Turn("c", likenv1.TurnRelease, false, after))),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.Phase(likenv1.MachineLost))},
+			nodes:    notReady("c"),
+			want:     []string{"a"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a NotReady machine asking for a turn costs nothing more",
+			cluster:  tu.Cluster("lab"),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsReboot), tu.Machine("b", tu.WantsReboot)},
+			nodes:    notReady("b"),
+			want:     []string{"b"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "one leader at a time whatever the budget",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("100%")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsRelease), tu.Machine("l2", tu.Leader, tu.WantsRelease),
+				tu.Machine("l3", tu.Leader, tu.WantsRelease)},
+			want: []string{"l1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "no leader while another leader is NotReady",
+			cluster:  tu.Cluster("lab", tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsReboot), tu.Machine("l2", tu.Leader), tu.Machine("w1", tu.WantsReboot)},
+			nodes:    notReady("l2"),
+			want:     []string{"w1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "no leader while another leader is Lost",
+			cluster:  tu.Cluster("lab", tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsReboot), tu.Machine("l2", tu.Leader, tu.Phase(likenv1.MachineLost))},
+			want:     nil, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "no leader while another leader holds a turn",
+			cluster: tu.Cluster("lab", tu.MaxUnavailable("3"), tu.Turns(tu.Turn("l1", likenv1.TurnReboot, true, after))),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsReboot, tu.Phase(likenv1.MachineRebooting)),
+				tu.Machine("l2", tu.Leader, tu.WantsReboot), tu.Machine("w1", tu.WantsReboot)},
+			want: []string{"w1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "a leader that is itself NotReady may take its turn",
+			cluster: tu.Cluster("lab"),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsReboot), tu.Machine("l2", tu.Leader),
+				tu.Machine("w1")},
+			nodes: notReady("l1"),
+			want:  []string{"l1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "leaders before workers",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("a-worker", tu.WantsRelease), tu.Machine("z-leader", tu.Leader, tu.WantsRelease),
+				tu.Machine("y-leader", tu.Leader, onV2)},
+			want: []string{"z-leader"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "workers get Release turns once every leader runs the target",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("a-worker", tu.WantsRelease), tu.Machine("b-worker", tu.WantsRelease),
+				tu.Machine("l1", tu.Leader, onV2), tu.Machine("l2", tu.Leader, onV2)},
+			want: []string{"a-worker", "b-worker"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "a leader behind holds back worker Release turns, not Reboot turns",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3"), tu.Turns(tu.Turn("l1", likenv1.TurnRelease, true, after))),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)),
+				tu.Machine("w-release", tu.WantsRelease), tu.Machine("w-reboot", tu.WantsReboot)},
+			want: []string{"w-reboot"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "byte order of names within a group",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("node-2", tu.WantsRelease), tu.Machine("node-10", tu.WantsRelease), tu.Machine("Node-3", tu.WantsRelease)},
+			want:     []string{"Node-3"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "manual machine without approval waits",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.Manual, tu.WantsRelease)},
+			want:     nil, reason: likenv1.ReasonIdle,
+		},
+		{
+			name:     "approval of an earlier change does not approve a newer one",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.Manual, tu.WantsRelease, tu.Approve("change-old"))},
+			want:     nil, reason: likenv1.ReasonIdle,
+		},
+		{
+			name:     "approval of the staged change grants",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.Manual, tu.WantsRelease, tu.Approve("change-a")), tu.Machine("b", tu.WantsRelease)},
+			want:     []string{"a"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "nothing staged, nothing granted",
+			cluster:  tu.Cluster("lab"),
+			machines: []*likenv1.Machine{tu.Machine("a"), tu.Machine("b", tu.Phase(likenv1.MachineDownloading))},
+			want:     nil, reason: likenv1.ReasonIdle,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.cluster.DeepCopy()
+			d := Decide(input(tc.cluster, tc.machines, tc.nodes))
+			assert.DeepEqual(t, granted(d), tc.want)
+			assert.DeepEqual(t, tc.cluster, before) // the input is never changed
+			assert.Equal(t, progressing(t, d.Status).Reason, tc.reason)
+			assert.Equal(t, d.Status.Turns, fleet.TurnsString(d.Status.RebootTurns))
+			for _, g := range d.Granted {
+				var m *likenv1.Machine
+				for _, x := range tc.machines {
+					if x.Name == g.Machine {
+						m = x
+					}
+				}
+				assert.Equal(t, g.Change, m.Status.Change)
+				assert.Equal(t, g.BootID, m.Status.Observed.BootID)
+				assert.Equal(t, g.Leader, fleet.IsLeader(m))
+				assert.Equal(t, g.GrantedAt.Time, after)
+			}
+		})
+	}
+}
+
+func TestPausedSaysWhatToDo(t *testing.T) {
+	d := Decide(input(tu.Cluster("lab", tu.MaxUnavailable("0")), []*likenv1.Machine{tu.Machine("a", tu.WantsReboot)}, nil))
+	c := progressing(t, d.Status)
+	assert.Equal(t, c.Status, metav1.ConditionFalse)
+	assert.Assert(t, is.Contains(c.Message, "maxUnavailable is 0"))
+}
+
+func TestGrantsRespectBudgetOverSuccessiveDecisions(t *testing.T) {
+	// Repeated decisions never push the ledger over the budget, and never
+	// hold two leaders, whatever order machines finish in.
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2"))
+	machines := []*likenv1.Machine{
+		tu.Machine("l1", tu.Leader, tu.WantsRelease), tu.Machine("l2", tu.Leader, tu.WantsRelease), tu.Machine("l3", tu.Leader, tu.WantsRelease),
+		tu.Machine("w1", tu.WantsRelease), tu.Machine("w2", tu.WantsRelease), tu.Machine("w3", tu.WantsRelease),
+	}
+	var order []string
+	for round := 0; round < 20 && len(order) < len(machines); round++ {
+		d := Decide(input(c, machines, nil))
+		c = c.DeepCopy()
+		c.Status = d.Status
+		assert.Assert(t, len(c.Status.RebootTurns) <= 2, "ledger over budget: %v", c.Status.Turns)
+		leaders := 0
+		for _, tr := range c.Status.RebootTurns {
+			if tr.Leader {
+				leaders++
+			}
+		}
+		assert.Assert(t, leaders <= 1, "two leaders hold turns: %v", c.Status.Turns)
+		// Every machine in the ledger finishes before the next decision.
+		for i, m := range machines {
+			if fleet.FindTurn(c.Status.RebootTurns, m.Name) != nil {
+				machines[i] = tu.Machine(m.Name, func(x *likenv1.Machine) { x.Spec = m.Spec }, tu.FinishedOn(tu.Version2))
+				order = append(order, m.Name)
+			}
+		}
+	}
+	assert.DeepEqual(t, order, []string{"l1", "l2", "l3", "w1", "w2", "w3"})
+}
+
+func TestTurnsEnd(t *testing.T) {
+	granted := after.Add(-time.Minute)
+	cases := []struct {
+		name    string
+		turn    likenv1.RebootTurn
+		machine *likenv1.Machine // nil: deleted
+		node    Node
+		result  Result // "" keeps the turn
+		message string
+	}{
+		{name: "ready from a new boot finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), result: ResultFinished, message: "Ready on " + tu.Version2},
+		{name: "ready from a new boot but still cordoned keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), node: Node{State: fleet.NodeReady, Unschedulable: true}},
+		{name: "ready from the same boot keeps the turn of a started machine", turn: tu.Turn("a", likenv1.TurnReboot, false, granted),
+			machine: tu.Machine("a", tu.WantsReboot, tu.Phase(likenv1.MachineRebooting))},
+		{name: "failed trial ends the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.WantsRelease, tu.TrialFailed), result: ResultTrialFailed, message: "NoRejoin"},
+		{name: "deleted machine", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			result: ResultTakenBack, message: "Machine was deleted"},
+		{name: "new staged change before start", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.WantsRelease, tu.Change("change-newer")), result: ResultTakenBack, message: `now "change-newer"`},
+		{name: "need vanished before start", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Phase(likenv1.MachineDownloading)), result: ResultTakenBack, message: "no longer has anything staged"},
+		{name: "approval withdrawn before start", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Manual, tu.WantsRelease), result: ResultTakenBack, message: "approval"},
+		{name: "approval withdrawn after start keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Manual, tu.WantsRelease, tu.Phase(likenv1.MachineUpdating))},
+		{name: "lost while holding the turn keeps it", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.WantsRelease, tu.Phase(likenv1.MachineLost))},
+		{name: "approved manual machine not yet started keeps it", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Manual, tu.WantsRelease, tu.Approve("change-a"))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var machines []*likenv1.Machine
+			nodes := map[string]Node{}
+			if tc.machine != nil {
+				machines = append(machines, tc.machine)
+				nodes[tc.machine.Name] = tc.node
+			}
+			// maxUnavailable 0: nothing new is granted, only endings show.
+			c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0"), tu.Turns(tc.turn))
+			d := Decide(input(c, machines, nodes))
+			if tc.result == "" {
+				assert.Equal(t, len(d.Ended), 0)
+				assert.Equal(t, d.Status.Turns, tc.turn.Machine)
+				return
+			}
+			assert.Equal(t, len(d.Ended), 1)
+			assert.Equal(t, d.Ended[0].Result, tc.result)
+			assert.Assert(t, is.Contains(d.Ended[0].Message, tc.message))
+			assert.Equal(t, len(d.Status.RebootTurns), 0)
+			assert.Equal(t, d.Status.Turns, "")
+		})
+	}
+}
+
+func TestStall(t *testing.T) {
+	grantedAt := after.Add(-31 * time.Minute)
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2"), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, grantedAt)))
+	machines := []*likenv1.Machine{tu.Machine("a", tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)), tu.Machine("b", tu.WantsRelease)}
+
+	d := Decide(input(c, machines, nil))
+	assert.Equal(t, len(d.Granted), 0, "a stalled rollout grants nothing")
+	assert.Assert(t, d.Status.Halt != nil)
+	assert.Equal(t, d.Status.Halt.Reason, likenv1.ReasonRolloutStalled)
+	assert.Equal(t, d.Status.Halt.Machine, "a")
+	assert.Assert(t, d.Halted != nil)
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Status, metav1.ConditionFalse)
+	assert.Equal(t, cond.Reason, likenv1.ReasonRolloutStalled)
+	assert.Assert(t, is.Contains(cond.Message, "Machine a has held"))
+	assert.Assert(t, is.Contains(cond.Message, "liken rollout resume lab"))
+	assert.Equal(t, d.Status.Turns, "a", "the stalled turn stays in the ledger")
+
+	// Deciding again changes nothing.
+	c.Status = d.Status
+	again := Decide(input(c, machines, nil))
+	assert.DeepEqual(t, again.Status, d.Status)
+	assert.Assert(t, again.Halted == nil)
+
+	// The machine comes back: its turn ends, the halt lifts, b gets a turn.
+	machines[0] = tu.Machine("a", tu.FinishedOn(tu.Version2))
+	back := Decide(input(c, machines, nil))
+	assert.Assert(t, back.Status.Halt == nil)
+	assert.Assert(t, back.Lifted != nil)
+	assert.DeepEqual(t, granted(back), []string{"b"})
+}
+
+func TestStallDeadlineRequeues(t *testing.T) {
+	c := tu.Cluster("lab", tu.Turns(tu.Turn("a", likenv1.TurnReboot, false, after.Add(-10*time.Minute))))
+	d := Decide(input(c, []*likenv1.Machine{tu.Machine("a", tu.WantsReboot, tu.Phase(likenv1.MachineRebooting))}, nil))
+	assert.Equal(t, d.RequeueAfter, 20*time.Minute)
+	assert.Assert(t, d.Status.Halt == nil)
+}
+
+func TestResumeReleasesStalledTurn(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Hour))))
+	machines := []*likenv1.Machine{tu.Machine("a", tu.WantsRelease, tu.Phase(likenv1.MachineLost)), tu.Machine("b", tu.WantsRelease)}
+	d := Decide(input(c, machines, nil))
+	c.Status = d.Status
+	assert.Equal(t, c.Status.Halt.Reason, likenv1.ReasonRolloutStalled)
+
+	c.Annotations[likenv1.AnnotationResumeRollout] = "2026-11-30T11:00:00Z"
+	d = Decide(input(c, machines, nil))
+	assert.Equal(t, d.Status.ObservedResume, "2026-11-30T11:00:00Z")
+	assert.Assert(t, d.Status.Halt == nil)
+	assert.Equal(t, len(d.Ended), 1)
+	assert.Equal(t, d.Ended[0].Result, ResultReleased)
+	assert.Equal(t, d.Ended[0].Turn.Machine, "a")
+	// a is Lost without a turn now: it fills the budget of one.
+	assert.Equal(t, len(d.Granted), 0)
+	assert.Equal(t, d.Status.Turns, "")
+
+	// The same annotation value is not a new request.
+	c.Status = d.Status
+	machines[0] = tu.Machine("a", tu.WantsRelease)
+	c.Status.RebootTurns = []likenv1.RebootTurn{tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Hour))}
+	d = Decide(input(c, machines, nil))
+	assert.Equal(t, d.Status.Halt.Reason, likenv1.ReasonRolloutStalled, "an old resume value does not resume again")
+}
+
+func TestTrialFailedHaltsReleaseTurns(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2"), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, after.Add(-5*time.Minute))))
+	machines := []*likenv1.Machine{
+		tu.Machine("a", tu.WantsRelease, tu.TrialFailed),
+		tu.Machine("b", tu.WantsRelease),
+		tu.Machine("c", tu.WantsReboot),
+	}
+	d := Decide(input(c, machines, nil))
+	assert.Equal(t, len(d.Ended), 1)
+	assert.Equal(t, d.Ended[0].Result, ResultTrialFailed)
+	assert.Assert(t, d.Status.Halt != nil)
+	assert.Equal(t, d.Status.Halt.Reason, likenv1.ReasonTrialFailed)
+	assert.Equal(t, d.Status.Halt.Machine, "a")
+	assert.Equal(t, d.Status.Halt.Version, tu.Version2)
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Status, metav1.ConditionFalse)
+	assert.Equal(t, cond.Reason, likenv1.ReasonTrialFailed)
+	assert.Assert(t, is.Contains(cond.Message, "trial boot of machine a failed"))
+	assert.Assert(t, is.Contains(cond.Message, "NoRejoin"))
+	assert.DeepEqual(t, granted(d), []string{"c"}) // Reboot turns go on
+
+	// Still halted while spec.version stays.
+	c.Status = d.Status
+	machines[2] = tu.Machine("c", tu.FinishedOn(tu.Version1))
+	c.Status.RebootTurns = nil
+	d = Decide(input(c, machines, nil))
+	assert.Equal(t, len(d.Granted), 0)
+	assert.Equal(t, d.Status.Halt.Reason, likenv1.ReasonTrialFailed)
+
+	t.Run("a new spec.version lifts it", func(t *testing.T) {
+		c := c.DeepCopy()
+		c.Spec.Version = "2026.11.25-001"
+		d := Decide(input(c, machines, nil))
+		assert.Assert(t, d.Status.Halt == nil)
+		assert.Assert(t, is.Contains(d.LiftedBecause, "spec.version changed"))
+		assert.DeepEqual(t, granted(d), []string{"b"})
+	})
+	t.Run("a resume lifts it", func(t *testing.T) {
+		c := c.DeepCopy()
+		c.Annotations[likenv1.AnnotationResumeRollout] = "now"
+		d := Decide(input(c, machines, nil))
+		assert.Assert(t, d.Status.Halt == nil)
+		assert.Equal(t, d.Status.ObservedResume, "now")
+		assert.DeepEqual(t, granted(d), []string{"b"})
+		assert.Equal(t, progressing(t, d.Status).Reason, likenv1.ReasonGranting)
+	})
+}
+
+func TestStartupGrace(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2))
+	machines := []*likenv1.Machine{tu.Machine("a", tu.WantsRelease)}
+	in := input(c, machines, nil)
+	in.Now = tu.Epoch.Add(25 * time.Second)
+	d := Decide(in)
+	assert.Equal(t, len(d.Granted), 0)
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Status, metav1.ConditionFalse)
+	assert.Equal(t, cond.Reason, likenv1.ReasonStartupGrace)
+	assert.Assert(t, is.Contains(cond.Message, "until 2026-11-30T10:00:40Z"), cond.Message)
+	assert.Equal(t, d.RequeueAfter, 15*time.Second)
+
+	in.Now = tu.Epoch.Add(40 * time.Second)
+	d = Decide(in)
+	assert.DeepEqual(t, granted(d), []string{"a"})
+	assert.Equal(t, progressing(t, d.Status).Reason, likenv1.ReasonGranting)
+}
+
+func TestGrantingMessage(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2))
+	d := Decide(input(c, []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease)}, nil))
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Status, metav1.ConditionTrue)
+	assert.Equal(t, cond.Message, "Holding a turn: a (maxUnavailable 1). Waiting for a turn: b.")
+	assert.Assert(t, !strings.Contains(cond.Message, "  "))
+}
