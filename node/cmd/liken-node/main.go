@@ -1,0 +1,141 @@
+// Command liken-node is the node daemon: it runs on every machine and
+// keeps the machine in step with its own Machine and its Cluster.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"liken.sh/liken/cli/version"
+	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/daemon"
+)
+
+type runFlags struct {
+	kubeconfig    string
+	machine       string
+	root          string
+	bootDir       string
+	cmdlineFile   string
+	bootIDFile    string
+	osReleaseFile string
+	appliers      string
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	root := &cobra.Command{
+		Use:           "liken-node",
+		Short:         "liken's node daemon: keeps this machine in step with its Machine and Cluster",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for _, name := range []string{"v", "vmodule"} {
+		root.PersistentFlags().AddGoFlag(klogFlags.Lookup(name))
+	}
+
+	var f runFlags
+	exit := 0
+	runCmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the daemon until SIGTERM (or a reboot)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := runDaemon(cmd.Context(), f)
+			if errors.Is(err, daemon.ErrRebooted) {
+				exit = daemon.ExitReboot
+				return nil
+			}
+			return err
+		},
+	}
+	fl := runCmd.Flags()
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig with the machine's identity (system:node:<machine>); empty uses the in-cluster configuration")
+	fl.StringVar(&f.machine, "machine", "", "this machine's name: its Machine and its Node (required)")
+	fl.StringVar(&f.root, "root", "/var/lib/liken", "the machine's disk state: boot slots, daemon state, applied configuration")
+	fl.StringVar(&f.bootDir, "boot-dir", "/boot/grub", "folder of the GRUB environment block (grubenv and grubenv.bak)")
+	fl.StringVar(&f.cmdlineFile, "cmdline-file", "/proc/cmdline", "kernel command line (liken.slot=, liken.trial=)")
+	fl.StringVar(&f.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding this boot's ID")
+	fl.StringVar(&f.osReleaseFile, "os-release-file", "/etc/liken/release", "the running image's release file (VERSION=YYYY.MM.DD-NNN)")
+	fl.StringVar(&f.appliers, "appliers", "os", "os: change the real operating system and reboot with the reboot system call; record: record changes in <root>/applier.log and exit with code 100 to reboot (the lab)")
+	_ = runCmd.MarkFlagRequired("machine")
+	root.AddCommand(runCmd, &cobra.Command{
+		Use:   "version",
+		Short: "Print liken-node's version",
+		Args:  cobra.NoArgs,
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version.Version) },
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "liken-node:", err)
+		return 1
+	}
+	klog.Flush()
+	return exit
+}
+
+func runDaemon(ctx context.Context, f runFlags) error {
+	bi, err := daemon.ReadBootInfo(f.cmdlineFile, f.bootIDFile, f.osReleaseFile)
+	if err != nil {
+		return err
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "liken-node/" + version.Version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lk, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	o := daemon.Options{
+		Machine:    f.machine,
+		Root:       f.root,
+		Kube:       kube,
+		Liken:      lk,
+		Boot:       bi,
+		Bootloader: boot.NewGRUB(f.bootDir),
+	}
+	switch f.appliers {
+	case "os":
+		a := &changes.OS{Root: "/"}
+		o.Applier, o.Observer, o.Rebooter = a, a, daemon.SystemRebooter{}
+	case "record":
+		r := changes.NewRecorder(filepath.Join(f.root, "applier.log"))
+		o.Applier, o.Observer, o.Rebooter = r, r, daemon.ExitRebooter{}
+	default:
+		return fmt.Errorf("--appliers=%q: choose os (a real machine) or record (the lab)", f.appliers)
+	}
+	d, err := daemon.New(o)
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("liken-node starting", "version", version.Version, "machine", f.machine, "slot", bi.Slot, "trial", bi.Trial, "release", bi.Version, "bootID", bi.BootID)
+	return d.Run(ctx)
+}

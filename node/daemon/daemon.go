@@ -1,0 +1,383 @@
+// Package daemon is the node daemon's reconcile loop: one machine keeps
+// itself in step with its own Machine and its Cluster.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	kubeinformers "k8s.io/client-go/informers"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	likeninformers "liken.sh/liken/generated/informers/externalversions"
+	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/node/drain"
+	"liken.sh/liken/node/slots"
+)
+
+// FieldManager is the field manager of every write the daemon makes.
+const FieldManager = "liken-node"
+
+// key is the only key of the work queue: there is one machine.
+const key = "machine"
+
+// bootMode says how the running boot relates to the boot state.
+type bootMode int
+
+const (
+	// modeNormal: running the proven slot.
+	modeNormal bootMode = iota
+	// modeTrial: a trial boot that has not committed yet.
+	modeTrial
+	// modeConfused: the booted slot is neither proven nor on trial; the
+	// machine writes no slot and takes no turn.
+	modeConfused
+)
+
+// Daemon reconciles one machine.
+type Daemon struct {
+	o      Options
+	t      Timing
+	clock  clock.WithTickerAndDelayedExecution
+	http   *http.Client
+	slots  *slots.Store
+	events events.EventRecorder
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	machines likenlisters.MachineLister
+	clusters likenlisters.ClusterLister
+	nodes    corelisters.NodeLister
+
+	stop context.CancelCauseFunc
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	// st is the state on disk; change it only through update.
+	st   *diskState
+	mode bootMode
+	// confusion explains modeConfused.
+	confusion string
+	// rebooting is set once a reboot was asked for: nothing more happens.
+	rebooting bool
+
+	dl        *download
+	dlFailure *downloadFailure
+
+	turn         *turnHandle
+	drainBlocked *drain.Blocked
+
+	configErr     error
+	configRetryAt time.Time
+	configBackoff time.Duration
+
+	// turnsRunning counts turn goroutines still running (one that was
+	// given back may still be stopping).
+	turnsRunning int
+	// pendingEvents wait for the next reconcile, which has the objects.
+	pendingEvents []pendingEvent
+
+	trialTimer          clock.Timer
+	trialWaitingFor     string
+	statusWrittenInBoot bool
+	lastProgressWrite   time.Time
+	lastStatusErr       error
+}
+
+// New checks o and returns a Daemon; Run starts it.
+func New(o Options) (*Daemon, error) {
+	switch {
+	case o.Machine == "":
+		return nil, errors.New("the machine name is required (--machine)")
+	case o.Root == "":
+		return nil, errors.New("the state folder is required (--root)")
+	case o.Kube == nil || o.Liken == nil:
+		return nil, errors.New("API clients are required")
+	case o.Bootloader == nil:
+		return nil, errors.New("a bootloader is required")
+	case o.Applier == nil || o.Observer == nil:
+		return nil, errors.New("an applier and an observer are required")
+	case o.Rebooter == nil:
+		return nil, errors.New("a rebooter is required")
+	case !o.Boot.Slot.Valid():
+		return nil, fmt.Errorf("booted slot %q is not A or B", o.Boot.Slot)
+	case o.Boot.BootID == "":
+		return nil, errors.New("the boot ID is required")
+	}
+	d := &Daemon{o: o, t: o.Timing, clock: o.Clock, http: o.HTTPClient}
+	d.t.defaults()
+	if d.clock == nil {
+		d.clock = clock.RealClock{}
+	}
+	if d.http == nil {
+		d.http = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   30 * time.Second,
+			ResponseHeaderTimeout: time.Minute,
+			IdleConnTimeout:       90 * time.Second,
+		}}
+	}
+	return d, nil
+}
+
+// Scheme knows the Kubernetes types and liken's, for event references.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(likenv1.AddToScheme(s))
+	return s
+}
+
+// Run reconciles until ctx ends (it returns nil) or the machine reboots
+// (a real reboot does not return; a simulated one returns ErrRebooted).
+// It deals with the boot first, from disk alone, so a trial boot that
+// never reaches the API server still returns to its proven slot in time.
+func (d *Daemon) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx).WithValues("machine", d.o.Machine)
+	ctx = klog.NewContext(ctx, log)
+	ctx, stop := context.WithCancelCause(ctx)
+	d.stop = stop
+	defer stop(nil)
+
+	if err := d.startBoot(ctx); err != nil {
+		return err
+	}
+
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.o.Kube.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("starting the event recorder: %w", err)
+	}
+	defer broadcaster.Shutdown()
+	d.events = broadcaster.NewRecorder(Scheme(), FieldManager)
+
+	d.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "liken-node", Clock: d.clock})
+	defer d.queue.ShutDown()
+
+	byName := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", d.o.Machine).String()
+	}
+	own := likeninformers.NewSharedInformerFactoryWithOptions(d.o.Liken, 0, likeninformers.WithTweakListOptions(byName))
+	all := likeninformers.NewSharedInformerFactory(d.o.Liken, 0)
+	kube := kubeinformers.NewSharedInformerFactoryWithOptions(d.o.Kube, 0, kubeinformers.WithTweakListOptions(byName))
+	mi := own.Liken().V1alpha1().Machines()
+	ci := all.Liken().V1alpha1().Clusters()
+	ni := kube.Core().V1().Nodes()
+	d.machines, d.clusters, d.nodes = mi.Lister(), ci.Lister(), ni.Lister()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { d.queue.Add(key) },
+		UpdateFunc: func(any, any) { d.queue.Add(key) },
+		DeleteFunc: func(any) { d.queue.Add(key) },
+	}
+	for _, inf := range []cache.SharedIndexInformer{mi.Informer(), ci.Informer(), ni.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	own.Start(ctx.Done())
+	all.Start(ctx.Done())
+	kube.Start(ctx.Done())
+	defer func() {
+		own.Shutdown()
+		all.Shutdown()
+		kube.Shutdown()
+	}()
+
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.heartbeat(ctx)
+	}()
+
+	log.Info("Waiting for the Machine, Cluster and Node caches")
+	if !cache.WaitForCacheSync(ctx.Done(), mi.Informer().HasSynced, ci.Informer().HasSynced, ni.Informer().HasSynced) {
+		return d.finish(ctx, log)
+	}
+	log.Info("Caches synced; reconciling")
+	d.queue.Add(key)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for d.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	return d.finish(ctx, log)
+}
+
+// finish stops everything the daemon started and says why it stopped.
+func (d *Daemon) finish(ctx context.Context, log klog.Logger) error {
+	d.queue.ShutDown()
+	d.mu.Lock()
+	if d.dl != nil {
+		d.dl.cancel()
+	}
+	if d.turn != nil {
+		d.turn.cancel()
+	}
+	if d.trialTimer != nil {
+		d.trialTimer.Stop()
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
+	if errors.Is(context.Cause(ctx), ErrRebooted) {
+		log.Info("Stopped for a reboot")
+		return ErrRebooted
+	}
+	log.Info("Stopped")
+	return nil
+}
+
+func (d *Daemon) processNext(ctx context.Context) bool {
+	k, quit := d.queue.Get()
+	if quit {
+		return false
+	}
+	defer d.queue.Done(k)
+	after, err := d.sync(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		klog.FromContext(ctx).Error(err, "Reconcile failed; retrying")
+		d.queue.AddRateLimited(k)
+	default:
+		d.queue.Forget(k)
+		if after > 0 {
+			d.queue.AddAfter(k, after)
+		}
+	}
+	return true
+}
+
+// enqueue asks for a reconcile soon.
+func (d *Daemon) enqueue() {
+	if d.queue != nil {
+		d.queue.Add(key)
+	}
+}
+
+// heartbeat renews the Lease liken-system/<machine> every Timing.Heartbeat.
+func (d *Daemon) heartbeat(ctx context.Context) {
+	log := klog.FromContext(ctx)
+	t := d.clock.NewTicker(d.t.Heartbeat)
+	defer t.Stop()
+	failing := false
+	for {
+		if err := d.renewLease(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				log.Error(err, "Renewing the heartbeat Lease failed; retrying", "lease", klog.KRef(likenv1.SystemNamespace, d.o.Machine))
+			}
+			failing = true
+		} else if failing {
+			log.Info("Heartbeat Lease renewed again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (d *Daemon) renewLease(ctx context.Context) error {
+	leases := d.o.Kube.CoordinationV1().Leases(likenv1.SystemNamespace)
+	now := metav1.NewMicroTime(d.clock.Now())
+	l, err := leases.Get(ctx, d.o.Machine, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: d.o.Machine, Namespace: likenv1.SystemNamespace},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(d.o.Machine),
+				LeaseDurationSeconds: ptr.To(int32(d.t.LeaseDuration / time.Second)),
+				AcquireTime:          &now,
+				RenewTime:            &now,
+			},
+		}, metav1.CreateOptions{FieldManager: FieldManager})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.HolderIdentity = ptr.To(d.o.Machine)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(d.t.LeaseDuration / time.Second))
+	l.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager})
+	return err
+}
+
+// event records an event on the Machine (and the Cluster when related).
+func (d *Daemon) event(m *likenv1.Machine, c *likenv1.Cluster, typ, reason, action, format string, args ...any) {
+	if d.events == nil || m == nil {
+		return
+	}
+	var related runtime.Object
+	if c != nil {
+		related = c
+	}
+	d.events.Eventf(withKind(m), withKindCluster(related), typ, reason, action, format, args...)
+}
+
+func withKind(m *likenv1.Machine) runtime.Object {
+	m = m.DeepCopy()
+	m.SetGroupVersionKind(likenv1.SchemeGroupVersion.WithKind("Machine"))
+	return m
+}
+
+func withKindCluster(o runtime.Object) runtime.Object {
+	c, ok := o.(*likenv1.Cluster)
+	if !ok || c == nil {
+		return nil
+	}
+	c = c.DeepCopy()
+	c.SetGroupVersionKind(likenv1.SchemeGroupVersion.WithKind("Cluster"))
+	return c
+}
+
+// nodeReady tells whether the node's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	if n == nil {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// update changes the state on disk under d.mu and keeps it in memory only
+// once it is written.
+func (d *Daemon) update(change func(st *diskState)) error {
+	next := d.st.clone()
+	change(next)
+	if err := next.save(d.o.Root); err != nil {
+		return err
+	}
+	d.st = next
+	return nil
+}

@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/release"
+)
+
+// BootInfo is what the running boot says about itself.
+type BootInfo struct {
+	// Slot is the slot the machine booted (liken.slot= on the kernel
+	// command line).
+	Slot boot.Slot
+	// Trial is true on a trial boot (liken.trial=1).
+	Trial bool
+	// BootID identifies this boot.
+	BootID string
+	// Version is the release of the running image.
+	Version string
+}
+
+// ReadBootInfo reads the kernel command line, the boot ID and the running
+// image's release file.
+func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile string) (BootInfo, error) {
+	var bi BootInfo
+	b, err := os.ReadFile(cmdlineFile)
+	if err != nil {
+		return bi, fmt.Errorf("reading the kernel command line: %w", err)
+	}
+	if bi.Slot, bi.Trial, err = boot.ParseCmdline(string(b)); err != nil {
+		return bi, fmt.Errorf("%s: %w", cmdlineFile, err)
+	}
+	b, err = os.ReadFile(bootIDFile)
+	if err != nil {
+		return bi, fmt.Errorf("reading the boot ID: %w", err)
+	}
+	bi.BootID = strings.TrimSpace(string(b))
+	if bi.BootID == "" || len(bi.BootID) > 64 {
+		return bi, fmt.Errorf("%s: the boot ID must be one line of at most 64 characters", bootIDFile)
+	}
+	b, err = os.ReadFile(releaseFile)
+	if err != nil {
+		return bi, fmt.Errorf("reading the running image's release file: %w", err)
+	}
+	if bi.Version, err = ParseReleaseFile(b); err != nil {
+		return bi, fmt.Errorf("%s: %w", releaseFile, err)
+	}
+	return bi, nil
+}
+
+// ParseReleaseFile reads the version of the running image from its release
+// file (/etc/liken/release): either VERSION=<version> (or
+// LIKEN_VERSION=, optionally quoted) in os-release style, or the version
+// alone on the first line.
+func ParseReleaseFile(b []byte) (string, error) {
+	if len(b) > 64<<10 {
+		return "", errors.New("the release file is larger than 64 KiB")
+	}
+	var first string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if k, v, ok := strings.Cut(l, "="); ok {
+			if k == "VERSION" || k == "LIKEN_VERSION" {
+				v = strings.Trim(v, `"'`)
+				if !release.ValidVersion(v) {
+					return "", fmt.Errorf("%s=%q is not a release version (YYYY.MM.DD-NNN)", k, v)
+				}
+				return v, nil
+			}
+			continue
+		}
+		if first == "" {
+			first = l
+		}
+	}
+	if release.ValidVersion(first) {
+		return first, nil
+	}
+	return "", errors.New("no release version found: the file holds VERSION=YYYY.MM.DD-NNN or the version alone")
+}
+
+// Rebooter reboots the machine.
+type Rebooter interface {
+	// Reboot restarts the machine; the state on disk is already written.
+	// It returns only on failure, or with ErrRebooted when the reboot is
+	// simulated (the daemon then stops and Run returns ErrRebooted).
+	Reboot(ctx context.Context) error
+}
+
+// ErrRebooted is returned by Run when the daemon stopped for a simulated
+// reboot: the lab's liken-node exits with ExitReboot.
+var ErrRebooted = errors.New("the machine reboots")
+
+// ExitReboot is the exit code of liken-node for a reboot in the lab: the
+// lab's simulated firmware boots the machine again when it sees it.
+const ExitReboot = 100
+
+// SystemRebooter reboots the machine with the reboot system call after
+// flushing the file systems.
+type SystemRebooter struct{}
+
+// Reboot syncs and reboots.
+func (SystemRebooter) Reboot(context.Context) error {
+	syscall.Sync()
+	if err := syscall.Reboot(syscall.LINUX_REBOOT_CMD_RESTART); err != nil {
+		return fmt.Errorf("reboot system call: %w", err)
+	}
+	return nil
+}
+
+// ExitRebooter simulates a reboot: it syncs and makes Run return
+// ErrRebooted.
+type ExitRebooter struct{}
+
+// Reboot syncs and returns ErrRebooted.
+func (ExitRebooter) Reboot(context.Context) error {
+	syscall.Sync()
+	return ErrRebooted
+}
+
+// Timing holds every interval and timeout of the daemon; zero values take
+// the defaults. Tests shorten them.
+type Timing struct {
+	// Heartbeat is how often the Lease is renewed (10s).
+	Heartbeat time.Duration
+	// LeaseDuration is written in the Lease (40s).
+	LeaseDuration time.Duration
+	// Progress is the least time between two status writes that only
+	// move download progress (2s).
+	Progress time.Duration
+	// Resync re-reads what the machine observes (30s).
+	Resync time.Duration
+	// RetryMin and RetryMax bound the backoff of a failed download or
+	// apply (10s, 5m).
+	RetryMin, RetryMax time.Duration
+	// DrainPoll is how often the drain looks at the node's pods (1s).
+	DrainPoll time.Duration
+	// EvictRetryMin and EvictRetryMax bound the backoff of a refused
+	// eviction (1s, 30s).
+	EvictRetryMin, EvictRetryMax time.Duration
+	// APIRetry paces retries of API calls the turn depends on (2s).
+	APIRetry time.Duration
+}
+
+func (t *Timing) defaults() {
+	set := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	set(&t.Heartbeat, 10*time.Second)
+	set(&t.LeaseDuration, 40*time.Second)
+	set(&t.Progress, 2*time.Second)
+	set(&t.Resync, 30*time.Second)
+	set(&t.RetryMin, 10*time.Second)
+	set(&t.RetryMax, 5*time.Minute)
+	set(&t.DrainPoll, time.Second)
+	set(&t.EvictRetryMin, time.Second)
+	set(&t.EvictRetryMax, 30*time.Second)
+	set(&t.APIRetry, 2*time.Second)
+}
+
+// Options configure a Daemon.
+type Options struct {
+	// Machine is the Machine (and Node) name.
+	Machine string
+	// Root holds the machine's disk state: slots, daemon state.
+	Root string
+	// Kube and Liken talk to the API server as the machine.
+	Kube  kubernetes.Interface
+	Liken versioned.Interface
+	// Boot describes the running boot.
+	Boot BootInfo
+	// Bootloader keeps the proven slot and the trial flag.
+	Bootloader boot.Bootloader
+	// Applier changes the machine; Observer reports what it sees.
+	Applier  changes.Applier
+	Observer changes.Observer
+	// Rebooter reboots the machine.
+	Rebooter Rebooter
+	// HTTPClient downloads releases; nil uses a client with sane timeouts.
+	HTTPClient *http.Client
+	// Clock is the daemon's clock; nil is the real one.
+	Clock clock.WithTickerAndDelayedExecution
+	// Timing holds the intervals; zero values take the defaults.
+	Timing Timing
+}

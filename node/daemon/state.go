@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/release"
+)
+
+// StateFile is where the daemon keeps what must survive a restart or a
+// reboot, relative to --root.
+const StateFile = "state/daemon.json"
+
+const (
+	stateFormat   = 1
+	maxStateBytes = 4 << 20
+)
+
+// diskState is everything the daemon must remember across restarts and
+// reboots. It is written atomically (temporary file, fsync, rename, fsync
+// of the folder) on every change.
+type diskState struct {
+	FormatVersion int `json:"formatVersion"`
+	// BootID is the boot this state was last brought up to date in.
+	BootID string `json:"bootID,omitempty"`
+	// BootSeen is when the daemon first ran in that boot.
+	BootSeen time.Time `json:"bootSeen,omitempty"`
+	// Applied is the configuration in effect; nil before the first boot
+	// that had a Machine and a Cluster to read.
+	Applied *changes.Config `json:"applied,omitempty"`
+	// NextBoot is what the next boot applies (its NextBoot and Reboot
+	// fields are what counts).
+	NextBoot *changes.Config `json:"nextBoot,omitempty"`
+	// PendingSince remembers when each waiting change (field path, plus
+	// its value) was first seen, for status.pending[].since.
+	PendingSince map[string]Since `json:"pendingSince,omitempty"`
+	// ObservedRebootRequest is the last liken.sh/request-reboot value
+	// honoured with a reboot.
+	ObservedRebootRequest string `json:"observedRebootRequest,omitempty"`
+	// Turn is the turn under way, if any.
+	Turn *turnRecord `json:"turn,omitempty"`
+	// Trial is the trial armed or under way, if any.
+	Trial *trialRecord `json:"trial,omitempty"`
+	// TrialFailure is the last trial that failed, while it still matters.
+	TrialFailure *trialFailure `json:"trialFailure,omitempty"`
+}
+
+// Since is when a pending change was first seen, for one value.
+type Since struct {
+	Value string    `json:"value"`
+	Since time.Time `json:"since"`
+}
+
+// turnRecord is a turn the machine started.
+type turnRecord struct {
+	// Change is the status.change the turn was granted for.
+	Change string `json:"change"`
+	// Release is the staged release the turn reboots into, if any.
+	Release *release.Target `json:"release,omitempty"`
+	// Slot is the slot that holds Release.
+	Slot string `json:"slot,omitempty"`
+	// RebootRequest is the liken.sh/request-reboot value the turn honours.
+	RebootRequest string `json:"rebootRequest,omitempty"`
+	// BootID is the boot in which the turn started.
+	BootID string `json:"bootID"`
+	// StartedAt is when the machine started the turn.
+	StartedAt time.Time `json:"startedAt"`
+	// Rebooted is set right before the reboot.
+	Rebooted bool `json:"rebooted,omitempty"`
+}
+
+// trialRecord is a trial boot armed by the turn.
+type trialRecord struct {
+	// Slot is the slot on trial; Version and Digest the release in it.
+	Slot    string `json:"slot"`
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+	// Timeout is the Cluster's trialTimeout when it was armed.
+	Timeout Duration `json:"timeout"`
+	// ArmedAt is when the trial was armed; ArmedBootID the boot that armed it.
+	ArmedAt     time.Time `json:"armedAt"`
+	ArmedBootID string    `json:"armedBootID"`
+	// StartedAt is when the daemon first ran in the trial boot.
+	StartedAt time.Time `json:"startedAt,omitempty"`
+	// Failure is why the trial boot gave up, written by the trial boot
+	// itself before it rebooted to the proven slot.
+	Failure string `json:"failure,omitempty"`
+}
+
+// trialFailure is a failed trial the machine reports until a new version
+// is set or a person resumes the rollout.
+type trialFailure struct {
+	Slot    string    `json:"slot"`
+	Version string    `json:"version"`
+	Digest  string    `json:"digest"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+	// Resume is the Cluster's liken.sh/resume-rollout value at the time;
+	// a new value retries the release.
+	Resume string `json:"resume,omitempty"`
+}
+
+// Duration is a time.Duration that reads and writes as "10m0s".
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// loadState reads the state under root; a missing file is an empty state.
+func loadState(root string) (*diskState, error) {
+	p := filepath.Join(root, StateFile)
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &diskState{FormatVersion: stateFormat}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the daemon state: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxStateBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the daemon state %s: %w", p, err)
+	}
+	if len(b) > maxStateBytes {
+		return nil, fmt.Errorf("the daemon state %s is larger than %d bytes; it is not liken's", p, maxStateBytes)
+	}
+	st := &diskState{}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(st); err != nil {
+		return nil, fmt.Errorf("the daemon state %s is unreadable (%v): move it away to start over from the Machine and Cluster (a trial under way is then forgotten and the machine stays on its proven slot)", p, err)
+	}
+	if st.FormatVersion != stateFormat {
+		return nil, fmt.Errorf("the daemon state %s has format %d; this liken-node reads format %d", p, st.FormatVersion, stateFormat)
+	}
+	return st, nil
+}
+
+// save writes st under root atomically.
+func (st *diskState) save(root string) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(root, StateFile)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("saving the daemon state: %w", err)
+	}
+	if err := release.WriteFileAtomic(p, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("saving the daemon state %s: %w", p, err)
+	}
+	return nil
+}
+
+// clone deep-copies st through JSON.
+func (st *diskState) clone() *diskState {
+	b, err := json.Marshal(st)
+	if err != nil {
+		panic(err)
+	}
+	out := &diskState{}
+	if err := json.Unmarshal(b, out); err != nil {
+		panic(err)
+	}
+	return out
+}

@@ -1,0 +1,234 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/node/changes"
+)
+
+// phase is the machine's one-word state. Call with d.mu held.
+func (d *Daemon) phase(v *view) likenv1.MachinePhase {
+	switch {
+	case d.mode == modeTrial:
+		return likenv1.MachineUpdating
+	case d.turn != nil:
+		if d.turn.release != nil {
+			return likenv1.MachineUpdating
+		}
+		return likenv1.MachineRebooting
+	case d.degraded(v) != "":
+		return likenv1.MachineDegraded
+	case v.downloading:
+		return likenv1.MachineDownloading
+	case v.staged:
+		return likenv1.MachineUpdatePending
+	case len(v.pending) > 0:
+		return likenv1.MachineRebootPending
+	case v.target != nil:
+		// Waiting to retry a failed download.
+		return likenv1.MachineDownloading
+	}
+	return likenv1.MachineReady
+}
+
+// desiredStatus is what the machine reports. Call with d.mu held.
+func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStatus {
+	m := v.m
+	st := likenv1.MachineStatus{
+		Phase:                 d.phase(v),
+		Version:               d.o.Boot.Version,
+		Slot:                  string(d.o.Boot.Slot),
+		ObservedRebootRequest: d.st.ObservedRebootRequest,
+		ObservedGeneration:    m.Generation,
+		Conditions:            append([]metav1.Condition(nil), m.Status.Conditions...),
+	}
+	for _, s := range d.slots.Slots() {
+		st.Slots = append(st.Slots, likenv1.SlotStatus{Name: s.Name, State: s.State, Version: s.Version, Digest: s.Digest})
+		if s.Name != st.Slot && s.State == likenv1.SlotStaged {
+			st.Staged = s.Version
+		}
+	}
+	if dl := d.dl; dl != nil {
+		st.Download = &likenv1.DownloadProgress{Version: dl.target.Version, BytesDone: dl.done, BytesTotal: dl.total}
+	}
+	switch {
+	case d.mode == modeTrial || d.turn != nil:
+		// Keep reporting the change the turn was granted for.
+		st.Change = v.change
+		if d.turn != nil {
+			st.Change = d.turn.change
+		} else if d.st.Turn != nil {
+			st.Change = d.st.Turn.Change
+		}
+		st.Pending = v.pending
+	default:
+		st.Pending = v.pending
+		if d.asking(v) {
+			st.Change = v.change
+		}
+	}
+	applied := changes.Config{}
+	if d.st.Applied != nil {
+		applied = *d.st.Applied
+	}
+	if o, err := d.o.Observer.Observe(ctx, applied); err != nil {
+		klog.FromContext(ctx).Error(err, "Observing the machine failed")
+		st.Observed = m.Status.Observed
+	} else {
+		st.Observed = o
+	}
+	st.Observed.BootID = d.o.Boot.BootID
+	if st.Observed.LastBoot == nil && !d.st.BootSeen.IsZero() {
+		t := metav1.NewTime(d.st.BootSeen.UTC().Truncate(1e9))
+		st.Observed.LastBoot = &t
+	}
+
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.Generation})
+	}
+	// Ready.
+	if st.Phase == likenv1.MachineReady {
+		set(likenv1.ConditionReady, metav1.ConditionTrue, "Ready", fmt.Sprintf("runs release %s with nothing pending", st.Version))
+	} else {
+		set(likenv1.ConditionReady, metav1.ConditionFalse, string(st.Phase), d.phaseMessage(v, st))
+	}
+	// RebootPending.
+	switch {
+	case st.Phase == likenv1.MachineUpdatePending || st.Phase == likenv1.MachineRebootPending:
+		if approved(m, st.Change) {
+			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
+				fmt.Sprintf("change %s (%s) waits for a reboot turn from cluster-operator under the disruption budget", st.Change, pendingFields(st.Pending)))
+		} else {
+			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingApproval,
+				fmt.Sprintf("change %s (%s) waits for approval: run `liken approve-reboot %s %s`", st.Change, pendingFields(st.Pending), m.Spec.Cluster, m.Name))
+		}
+	case st.Phase == likenv1.MachineUpdating || st.Phase == likenv1.MachineRebooting:
+		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "TurnTaken", fmt.Sprintf("the machine holds its turn for change %s", st.Change))
+	case len(st.Pending) > 0:
+		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "NotAsking", fmt.Sprintf("%s wait, but the machine asks for no turn while it is %s", pendingFields(st.Pending), st.Phase))
+	default:
+		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "NothingPending", "no change waits for a reboot")
+	}
+	// TrialFailed.
+	if f := v.failedTrial; f != nil {
+		set(likenv1.ConditionTrialFailed, metav1.ConditionTrue, likenv1.ReasonTrialFailed,
+			fmt.Sprintf("%s. The machine runs its proven slot %s (release %s) and marked slot %s Failed; set the Cluster's spec.version to another release, or resume the rollout (liken rollout resume) to try this one again", f.Reason, st.Slot, st.Version, f.Slot))
+	} else {
+		set(likenv1.ConditionTrialFailed, metav1.ConditionFalse, "NoFailedTrial", "no trial failure to report")
+	}
+	// DrainBlocked.
+	if b := d.drainBlocked; b != nil && d.turn != nil {
+		set(likenv1.ConditionDrainBlocked, metav1.ConditionTrue, likenv1.ConditionDrainBlocked, b.Message(m.Name, v.c.Spec.Disruption.DrainTimeoutOrDefault()))
+	} else {
+		set(likenv1.ConditionDrainBlocked, metav1.ConditionFalse, "NotBlocked", "no drain is blocked")
+	}
+	// ReleaseVerified.
+	switch f := d.dlFailure; {
+	case v.target != nil && f != nil && f.target == *v.target:
+		set(likenv1.ConditionReleaseVerified, metav1.ConditionFalse, reasonOf(f.err),
+			fmt.Sprintf("%v; nothing staged, attempt %d, next try at %s", f.err, f.attempts, f.retryAt.UTC().Format("15:04:05")))
+	case v.staged:
+		set(likenv1.ConditionReleaseVerified, metav1.ConditionTrue, "Verified", fmt.Sprintf("release %s (%s) verified and staged in slot %s", v.target.Version, v.target.Digest, otherSlot(st.Slot)))
+	case v.target == nil && v.c.Spec.Version == st.Version:
+		set(likenv1.ConditionReleaseVerified, metav1.ConditionTrue, "Running", fmt.Sprintf("runs release %s, the Cluster's version", st.Version))
+	case v.downloading:
+		set(likenv1.ConditionReleaseVerified, metav1.ConditionUnknown, "Downloading", fmt.Sprintf("downloading release %s", v.target.Version))
+	}
+	// ConfigApplied.
+	if d.configErr != nil {
+		set(ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, d.configErr.Error()+"; correct the value in the Machine or Cluster, liken retries")
+	} else if len(v.nextBoot) > 0 {
+		set(ConditionConfigApplied, metav1.ConditionTrue, "WaitingForNextBoot", fmt.Sprintf("applied; %s take effect at the next boot, whatever causes it", strings.Join(changes.Paths(v.nextBoot), ", ")))
+	} else {
+		set(ConditionConfigApplied, metav1.ConditionTrue, "Applied", "every declared value is in effect or staged for its reboot")
+	}
+	return st
+}
+
+func otherSlot(s string) string {
+	if s == "A" {
+		return "B"
+	}
+	return "A"
+}
+
+func pendingFields(p []likenv1.PendingChange) string {
+	var f []string
+	for _, c := range p {
+		f = append(f, c.Field)
+	}
+	return strings.Join(f, ", ")
+}
+
+func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
+	switch st.Phase {
+	case likenv1.MachineDegraded:
+		return d.degraded(v)
+	case likenv1.MachineDownloading:
+		if st.Download != nil {
+			return fmt.Sprintf("downloading release %s: %d of %d bytes", st.Download.Version, st.Download.BytesDone, st.Download.BytesTotal)
+		}
+		return fmt.Sprintf("release %s is not staged yet; see the ReleaseVerified condition", v.target.Version)
+	case likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
+		return "a change waits for a reboot; see the RebootPending condition"
+	case likenv1.MachineUpdating:
+		if d.mode == modeTrial {
+			return fmt.Sprintf("trial boot of slot %s: waiting until %s", st.Slot, d.trialWaitingFor)
+		}
+		return "cordon, drain and reboot into the new release"
+	case likenv1.MachineRebooting:
+		return "cordon, drain and reboot"
+	}
+	return string(st.Phase)
+}
+
+// writeStatus writes the status when it differs from what the API holds;
+// progress alone is written at most every Timing.Progress. In a trial boot
+// the first write happens even with nothing new: it proves the daemon
+// reaches the API server. Call with d.mu held.
+func (d *Daemon) writeStatus(ctx context.Context, v *view) error {
+	st := d.desiredStatus(ctx, v)
+	cur := v.m.Status
+	force := d.mode == modeTrial && !d.statusWrittenInBoot
+	if !force && equality.Semantic.DeepEqual(st, cur) {
+		return nil
+	}
+	if !force && st.Download != nil && cur.Download != nil {
+		same := st
+		same.Download = cur.Download
+		if equality.Semantic.DeepEqual(same, cur) {
+			if wait := d.t.Progress - d.clock.Since(d.lastProgressWrite); wait > 0 {
+				v.requeue(wait)
+				return nil
+			}
+		}
+	}
+	m := v.m.DeepCopy()
+	m.Status = st
+	_, err := d.o.Liken.LikenV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		d.lastStatusErr = err
+		if apierrors.IsConflict(err) {
+			// The cache is behind; the update event brings a new reconcile.
+			v.requeue(d.t.APIRetry)
+			return nil
+		}
+		return fmt.Errorf("writing the Machine's status: %w", err)
+	}
+	d.lastStatusErr = nil
+	d.statusWrittenInBoot = true
+	if st.Download != nil {
+		d.lastProgressWrite = d.clock.Now()
+	}
+	klog.FromContext(ctx).V(2).Info("Status written", "phase", st.Phase, "change", st.Change)
+	return nil
+}

@@ -1,0 +1,338 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/drain"
+	"liken.sh/liken/node/release"
+)
+
+// Event reasons of the node daemon.
+const (
+	ReasonConfigApplied     = "ConfigApplied"
+	ReasonK3sRestarted      = "K3sRestarted"
+	ReasonApplyFailed       = "ApplyFailed"
+	ReasonDownloadStarted   = "DownloadStarted"
+	ReasonReleaseStaged     = "ReleaseStaged"
+	ReasonReleaseFailed     = "ReleaseVerificationFailed"
+	ReasonReleaseWithdrawn  = "ReleaseWithdrawn"
+	ReasonTurnStarted       = "TurnStarted"
+	ReasonTurnTakenBack     = "TurnTakenBack"
+	ReasonDrainBlocked      = likenv1.ConditionDrainBlocked
+	ReasonDrained           = "Drained"
+	ReasonSlotRecheckFailed = "SlotRecheckFailed"
+	ReasonTrialArmed        = "TrialArmed"
+	ReasonRebooting         = "Rebooting"
+	ReasonTrialSucceeded    = "TrialSucceeded"
+	ReasonTrialFailed       = likenv1.ReasonTrialFailed
+)
+
+// ConditionConfigApplied on a Machine: every Live and RestartK3s change is
+// applied; the message lists what waits for the next boot.
+const ConditionConfigApplied = "ConfigApplied"
+
+// view is what one reconcile works out before it acts and reports.
+type view struct {
+	m    *likenv1.Machine
+	c    *likenv1.Cluster
+	node *corev1.Node
+	now  time.Time
+
+	// target is the release to run when it is not the running one.
+	target *release.Target
+	// staged: target is staged in the other slot.
+	staged bool
+	// downloading: a download of target runs now.
+	downloading bool
+	// failedTrial: target already failed its trial here.
+	failedTrial *trialFailure
+
+	desired   changes.Config
+	rebootCfg []changes.Change
+	nextBoot  []changes.Change
+	request   string
+
+	pending []likenv1.PendingChange
+	change  string
+	after   time.Duration
+}
+
+func (v *view) requeue(after time.Duration) {
+	if after > 0 && (v.after == 0 || after < v.after) {
+		v.after = after
+	}
+}
+
+// sync is one reconcile: apply configuration, run the release pipeline,
+// start or give back the turn, settle a trial, report.
+func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
+	log := klog.FromContext(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.rebooting || ctx.Err() != nil {
+		return 0, nil
+	}
+	m, err := d.machines.Get(d.o.Machine)
+	if apierrors.IsNotFound(err) {
+		log.Info("Machine does not exist yet; waiting for it")
+		d.trialWaitingFor = fmt.Sprintf("the Machine %s does not exist", d.o.Machine)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	c, err := d.clusters.Get(m.Spec.Cluster)
+	if apierrors.IsNotFound(err) {
+		log.Info("Cluster does not exist yet; waiting for it", "cluster", m.Spec.Cluster)
+		d.trialWaitingFor = fmt.Sprintf("the Cluster %s does not exist", m.Spec.Cluster)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	node, err := d.nodes.Get(d.o.Machine)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return 0, err
+	}
+	v := &view{m: m, c: c, node: node, now: d.clock.Now()}
+	v.requeue(d.t.Resync)
+
+	d.syncConfig(ctx, v)
+	d.syncRelease(ctx, v)
+	d.plan(v)
+	d.syncTurn(ctx, v)
+	if err := d.syncCordon(ctx, v); err != nil {
+		return 0, err
+	}
+	if err := d.writeStatus(ctx, v); err != nil {
+		return 0, err
+	}
+	if d.mode == modeTrial {
+		switch {
+		case d.st.Trial.Failure != "":
+		case !d.statusWrittenInBoot:
+			d.trialWaitingFor = "liken-node could not write the Machine's status"
+			if d.lastStatusErr != nil {
+				d.trialWaitingFor += ": " + d.lastStatusErr.Error()
+			}
+		case !nodeReady(node):
+			d.trialWaitingFor = fmt.Sprintf("the node %s is not Ready", d.o.Machine)
+		default:
+			if err := d.commitTrial(ctx, m, c); err != nil {
+				return 0, err
+			}
+			return 0, d.writeAgain(ctx)
+		}
+	}
+	return v.after, nil
+}
+
+// writeAgain reports at once what just changed (after a commit).
+func (d *Daemon) writeAgain(_ context.Context) error {
+	d.enqueue()
+	return nil
+}
+
+// syncConfig applies Live and RestartK3s changes and stages the NextBoot
+// and Reboot ones for the next boot. Call with d.mu held.
+func (d *Daemon) syncConfig(ctx context.Context, v *view) {
+	log := klog.FromContext(ctx)
+	v.desired = changes.Desired(v.m, v.c)
+	if d.st.Applied == nil {
+		// The first configuration of this machine: what the Machine and
+		// the Cluster say is what its first boot applies.
+		cfg := v.desired
+		err := d.o.Applier.StageBoot(ctx, cfg, changes.Diff(changes.Config{}, cfg))
+		if err == nil {
+			err = d.o.Applier.Boot(ctx, cfg)
+		}
+		if err != nil {
+			d.configFailed(ctx, v, "first configuration", err)
+			return
+		}
+		if err := d.update(func(st *diskState) { st.Applied, st.NextBoot = &cfg, &cfg }); err != nil {
+			d.configFailed(ctx, v, "first configuration", err)
+			return
+		}
+		log.Info("First configuration applied")
+	}
+	if v.now.Before(d.configRetryAt) {
+		v.requeue(d.configRetryAt.Sub(v.now))
+		d.pendingConfig(v)
+		return
+	}
+	applied := *d.st.Applied
+	diff := changes.Diff(applied, v.desired)
+	if live := changes.Only(diff, likenv1.ClassLive); len(live) > 0 {
+		cfg := changes.Merge(applied, v.desired, likenv1.ClassLive)
+		if err := d.o.Applier.ApplyLive(ctx, cfg, live); err != nil {
+			d.configFailed(ctx, v, "live change of "+strings.Join(changes.Paths(live), ", "), err)
+			return
+		}
+		if err := d.update(func(st *diskState) { st.Applied = &cfg }); err != nil {
+			d.configFailed(ctx, v, "live change", err)
+			return
+		}
+		applied = cfg
+		log.Info("Applied live changes", "fields", changes.Paths(live))
+		d.event(v.m, v.c, "Normal", ReasonConfigApplied, "ApplyLive", "Applied %s live", strings.Join(changes.Paths(live), ", "))
+	}
+	if k3s := changes.Only(diff, likenv1.ClassRestartK3s); len(k3s) > 0 {
+		cfg := changes.Merge(applied, v.desired, likenv1.ClassLive, likenv1.ClassRestartK3s)
+		if err := d.o.Applier.RestartK3s(ctx, cfg, k3s); err != nil {
+			d.configFailed(ctx, v, "k3s restart for "+strings.Join(changes.Paths(k3s), ", "), err)
+			return
+		}
+		if err := d.update(func(st *diskState) { st.Applied = &cfg }); err != nil {
+			d.configFailed(ctx, v, "k3s restart", err)
+			return
+		}
+		log.Info("Restarted k3s for changes", "fields", changes.Paths(k3s))
+		d.event(v.m, v.c, "Normal", ReasonK3sRestarted, "RestartK3s", "Restarted k3s in place for %s; pods kept running", strings.Join(changes.Paths(k3s), ", "))
+	}
+	nb := *d.st.Applied
+	if d.st.NextBoot != nil {
+		nb = *d.st.NextBoot
+	}
+	if boot := changes.Only(changes.Diff(nb, v.desired), likenv1.ClassNextBoot, likenv1.ClassReboot); len(boot) > 0 {
+		cfg := changes.Merge(nb, v.desired, likenv1.ClassNextBoot, likenv1.ClassReboot)
+		if err := d.o.Applier.StageBoot(ctx, cfg, boot); err != nil {
+			d.configFailed(ctx, v, "staging "+strings.Join(changes.Paths(boot), ", ")+" for the next boot", err)
+			return
+		}
+		if err := d.update(func(st *diskState) { st.NextBoot = &cfg }); err != nil {
+			d.configFailed(ctx, v, "staging for the next boot", err)
+			return
+		}
+		log.Info("Staged changes for the next boot", "fields", changes.Paths(boot))
+	}
+	d.configErr = nil
+	d.configBackoff = 0
+	d.pendingConfig(v)
+}
+
+func (d *Daemon) pendingConfig(v *view) {
+	if d.st.Applied == nil {
+		return
+	}
+	diff := changes.Diff(*d.st.Applied, v.desired)
+	v.rebootCfg = changes.Only(diff, likenv1.ClassReboot)
+	v.nextBoot = changes.Only(diff, likenv1.ClassNextBoot)
+}
+
+func (d *Daemon) configFailed(ctx context.Context, v *view, what string, err error) {
+	klog.FromContext(ctx).Error(err, "Applying a configuration change failed; retrying with backoff", "what", what)
+	first := d.configErr == nil
+	d.configErr = fmt.Errorf("%s: %w", what, err)
+	d.configBackoff = min(max(2*d.configBackoff, d.t.RetryMin), d.t.RetryMax)
+	d.configRetryAt = v.now.Add(d.configBackoff)
+	v.requeue(d.configBackoff)
+	if first {
+		d.event(v.m, v.c, "Warning", ReasonApplyFailed, "Apply", "Could not apply %s: %v. Correct the value in the Machine or Cluster; liken retries", what, err)
+	}
+	d.pendingConfig(v)
+}
+
+// plan works out the pending changes and the change identifier.
+// Call with d.mu held.
+func (d *Daemon) plan(v *view) {
+	since := func(field, value string) metav1.Time {
+		if s, ok := d.st.PendingSince[field]; ok && s.Value == value {
+			return metav1.NewTime(s.Since)
+		}
+		return metav1.NewTime(v.now)
+	}
+	wanted := map[string]Since{}
+	add := func(field string, class likenv1.DisruptionClass, value string) {
+		s := since(field, value)
+		wanted[field] = Since{Value: value, Since: s.Time}
+		v.pending = append(v.pending, likenv1.PendingChange{Field: field, Class: class, Since: s})
+	}
+	var ids []string
+	if v.staged {
+		add(changes.FieldVersion, likenv1.ClassReboot, v.target.String())
+		ids = append(ids, "release="+v.target.String())
+	}
+	for _, c := range v.rebootCfg {
+		add(c.Field, c.Class, c.Value)
+		ids = append(ids, c.Field+"="+c.Value)
+	}
+	if r := v.m.Annotations[likenv1.AnnotationRequestReboot]; r != "" && r != d.st.ObservedRebootRequest {
+		v.request = r
+		add(changes.FieldRebootRequest, likenv1.ClassReboot, r)
+		ids = append(ids, "request="+r)
+	}
+	for _, c := range v.nextBoot {
+		// Remembered for since, not listed: they ask for no reboot.
+		s := since(c.Field, c.Value)
+		wanted[c.Field] = Since{Value: c.Value, Since: s.Time}
+	}
+	if len(ids) > 0 {
+		sort.Strings(ids)
+		h := sha256.Sum256([]byte(strings.Join(ids, "\n")))
+		v.change = hex.EncodeToString(h[:8])
+	}
+	if !equalSince(wanted, d.st.PendingSince) {
+		if err := d.update(func(st *diskState) { st.PendingSince = wanted }); err != nil {
+			klog.Background().Error(err, "Recording when changes were staged")
+		}
+	}
+}
+
+func equalSince(a, b map[string]Since) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		if y, ok := b[k]; !ok || x.Value != y.Value || !x.Since.Equal(y.Since) {
+			return false
+		}
+	}
+	return true
+}
+
+// degraded says why the machine needs a person, or "".
+// Call with d.mu held.
+func (d *Daemon) degraded(v *view) string {
+	switch {
+	case d.mode == modeConfused:
+		return d.confusion
+	case v.failedTrial != nil:
+		return "the trial of release " + v.failedTrial.Version + " failed: " + v.failedTrial.Reason
+	case d.configErr != nil:
+		return d.configErr.Error()
+	}
+	return ""
+}
+
+// asking tells whether the machine asks for a turn now.
+func (d *Daemon) asking(v *view) bool {
+	return v.change != "" && d.mode == modeNormal && !v.downloading && d.degraded(v) == ""
+}
+
+// syncCordon lifts a cordon liken left behind when no turn is under way:
+// after the turn's reboot, after a failed trial, or after a turn was taken
+// back. A node someone else cordoned is never touched.
+func (d *Daemon) syncCordon(ctx context.Context, v *view) error {
+	if v.node == nil || d.turn != nil || d.turnsRunning > 0 || d.st.Turn != nil || d.mode == modeTrial {
+		return nil
+	}
+	if _, ours := v.node.Annotations[likenv1.AnnotationCordoned]; !ours {
+		return nil
+	}
+	_, err := drain.Uncordon(ctx, d.o.Kube, d.o.Machine)
+	return err
+}
