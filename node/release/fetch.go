@@ -145,8 +145,21 @@ var errStalled = errors.New("stalled")
 // Fetch does not stage: the slot store re-hashes the whole slot before it
 // marks it staged. Errors are *Error values that name the file and the
 // Reason. The Result is never nil.
-func (f *Fetcher) Fetch(ctx context.Context, source string, target Target, sink Sink) (*Result, error) {
+func (f *Fetcher) Fetch(ctx context.Context, source string, target Target, sink Sink) (_ *Result, err error) {
 	res := &Result{}
+	parent := ctx
+	defer func() {
+		// A withdrawn download may fail anywhere (the sink refuses
+		// writes): report the cancellation, not the symptom.
+		if err != nil && ReasonOf(err) != ReasonCanceled {
+			if cerr := context.Cause(sink.Context()); cerr != nil || parent.Err() != nil {
+				if cerr == nil {
+					cerr = parent.Err()
+				}
+				err = &Error{Reason: ReasonCanceled, Version: target.Version, File: FileOf(err), Err: fmt.Errorf("download stopped: %w", cerr)}
+			}
+		}
+	}()
 	if err := target.Validate(); err != nil {
 		return res, &Error{Reason: ReasonInvalidDocument, Version: target.Version, Err: err}
 	}
@@ -296,9 +309,9 @@ func (a *artifactFetch) run(ctx context.Context) (err error) {
 		}
 	}
 	if got := hex.EncodeToString(a.h.Sum(nil)); got != a.art.SHA256 {
-		// Start this artifact over on the next attempt.
-		a.offset = 0
+		// Drop the bytes; start this artifact over on the next attempt.
 		a.h.Reset()
+		_ = a.restartAt(0)
 		a.checkpoint()
 		return a.errorf(ReasonChecksumMismatch, "%s has sha256 %s, but the release document says %s", a.url, got, a.art.SHA256)
 	}
@@ -467,8 +480,9 @@ func (a *artifactFetch) checkpointOnStop(ctx context.Context, err error) {
 		}
 	case ReasonDiskFull, ReasonWriteFailed:
 	default:
-		a.offset = 0
+		// The server misbehaves: drop what it sent for this artifact.
 		a.h.Reset()
+		_ = a.restartAt(0)
 		a.checkpoint()
 	}
 }
