@@ -1,7 +1,6 @@
 package turns
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -259,7 +258,7 @@ func Decide(in Input) Decision {
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonIdle
 		cond.Message = "No machine holds or waits for a reboot turn."
 	}
-	setCondition(&st.Conditions, cond, in.Now)
+	fleet.SetCondition(&st.Conditions, cond, in.Now)
 
 	d.Status = *st
 	d.RequeueAfter = nextDeadline(st.RebootTurns, in.Now, in.GrantFrom, stallTimeout)
@@ -400,12 +399,4 @@ func nextDeadline(turns []likenv1.RebootTurn, now, grantFrom time.Time, stallTim
 		consider(t.GrantedAt.Add(stallTimeout))
 	}
 	return next
-}
-
-// setCondition sets cond in conds, keeping LastTransitionTime unless the
-// status changes.
-func setCondition(conds *[]metav1.Condition, cond metav1.Condition, now time.Time) {
-	cond.LastTransitionTime = metav1.NewTime(now)
-	meta.SetStatusCondition(conds, cond)
-	slices.SortFunc(*conds, func(a, b metav1.Condition) int { return cmp.Compare(a.Type, b.Type) })
 }

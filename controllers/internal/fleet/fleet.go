@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -161,4 +164,13 @@ func FindTurn(turns []likenv1.RebootTurn, machine string) *likenv1.RebootTurn {
 		}
 	}
 	return nil
+}
+
+// SetCondition sets cond in conds (LastTransitionTime becomes now only
+// when the status changes) and keeps conds sorted by type, so that writers
+// of different conditions never reorder each other's.
+func SetCondition(conds *[]metav1.Condition, cond metav1.Condition, now time.Time) {
+	cond.LastTransitionTime = metav1.NewTime(now)
+	meta.SetStatusCondition(conds, cond)
+	slices.SortFunc(*conds, func(a, b metav1.Condition) int { return strings.Compare(a.Type, b.Type) })
 }

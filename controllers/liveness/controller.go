@@ -1,0 +1,247 @@
+// Package liveness is the liveness controller: it watches the machines'
+// heartbeat Leases on cluster-operator's own clock and writes a Machine's
+// phase Lost when its heartbeat stopped.
+package liveness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/controllers/internal/leadership"
+	"liken.sh/liken/controllers/internal/metrics"
+	"liken.sh/liken/controllers/internal/worker"
+	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
+	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+)
+
+// FieldManager is the field manager of the liveness controller's writes.
+const FieldManager = "cluster-operator-liveness"
+
+// DefaultLostAfter is how long a machine may go without a heartbeat
+// before it reads Lost.
+const DefaultLostAfter = 40 * time.Second
+
+// EventMachineLost is the event reason when a machine is written Lost.
+const EventMachineLost = "MachineLost"
+
+// StatusWriter is the one write the liveness controller makes.
+type StatusWriter interface {
+	UpdateStatus(ctx context.Context, m *likenv1.Machine, opts metav1.UpdateOptions) (*likenv1.Machine, error)
+}
+
+// Config is what the liveness controller needs.
+type Config struct {
+	Machines likeninformers.MachineInformer
+	Clusters likeninformers.ClusterInformer
+	// Leases must watch the namespace liken-system.
+	Leases coordinationinformers.LeaseInformer
+	// LeaseReader reads a Lease from the API server before a Lost verdict,
+	// so a renewal the informer has not delivered yet is not missed.
+	LeaseReader coordinationv1client.LeasesGetter
+	Writer      StatusWriter
+	Recorder    events.EventRecorder
+	Metrics     *metrics.Metrics
+	Clock       clock.WithTicker
+	// Term.Since is when observation started: a machine with no Lease is
+	// judged from then (or from when its Machine appeared, if later).
+	Term      leadership.Term
+	LostAfter time.Duration
+}
+
+// Controller is the liveness controller.
+type Controller struct {
+	cfg      Config
+	machines likenlisters.MachineLister
+	clusters likenlisters.ClusterLister
+	queue    *worker.Queue
+	synced   []cache.InformerSynced
+
+	mu sync.Mutex
+	// seen is, per machine, the last time (on this copy's clock) its Lease
+	// changed, or it was first observed.
+	seen map[string]time.Time
+	// value is the last observed renewal of each machine's Lease.
+	value map[string]string
+}
+
+// New wires the controller to its informers. Call before they start.
+func New(cfg Config) (*Controller, error) {
+	c := &Controller{
+		cfg:      cfg,
+		machines: cfg.Machines.Lister(),
+		clusters: cfg.Clusters.Lister(),
+		seen:     map[string]time.Time{},
+		value:    map[string]string{},
+	}
+	c.queue = worker.New("liveness", cfg.Clock, c.sync)
+	c.synced = []cache.InformerSynced{cfg.Machines.Informer().HasSynced, cfg.Clusters.Informer().HasSynced, cfg.Leases.Informer().HasSynced}
+	if _, err := cfg.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.observeLease,
+		UpdateFunc: func(_, n any) { c.observeLease(n) },
+		DeleteFunc: func(obj any) {
+			if k, ok := worker.KeyOf(obj); ok {
+				c.queue.Add(nameOf(k))
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.Machines.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.observeMachine,
+		UpdateFunc: func(_, n any) { c.observeMachine(n) },
+		DeleteFunc: func(obj any) {
+			if k, ok := worker.KeyOf(obj); ok {
+				c.queue.Add(k)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run syncs until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	return c.queue.Run(ctx, workers, c.synced...)
+}
+
+// Sync judges one machine (tests drive it directly).
+func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, error) {
+	return c.sync(ctx, name)
+}
+
+// LastSeen is when this copy last saw the machine's heartbeat change.
+func (c *Controller) LastSeen(name string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.seen[name]
+	return t, ok
+}
+
+func nameOf(key string) string {
+	_, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return key
+	}
+	return name
+}
+
+// renewal identifies one renewal of a Lease.
+func renewal(l *coordinationv1.Lease) string {
+	holder := ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.RenewTime != nil {
+		return holder + "@" + l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	return holder + "#" + l.ResourceVersion
+}
+
+func (c *Controller) observeLease(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	c.record(l.Name, renewal(l))
+	c.queue.Add(l.Name)
+}
+
+// record notes a renewal; it returns true when it is a new one.
+func (c *Controller) record(name, value string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.value[name]; ok && old == value {
+		return false
+	}
+	c.value[name] = value
+	c.seen[name] = c.cfg.Clock.Now()
+	return true
+}
+
+func (c *Controller) observeMachine(obj any) {
+	m, ok := obj.(*likenv1.Machine)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	if _, ok := c.seen[m.Name]; !ok {
+		c.seen[m.Name] = c.cfg.Clock.Now()
+	}
+	c.mu.Unlock()
+	c.queue.Add(m.Name)
+}
+
+func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+	m, err := c.machines.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.mu.Lock()
+		delete(c.seen, name)
+		delete(c.value, name)
+		c.mu.Unlock()
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if m.Status.Phase == likenv1.MachineLost {
+		return 0, nil // the machine writes its own phase when it is back
+	}
+	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	seen, ok := c.seen[name]
+	c.mu.Unlock()
+	if !ok || seen.Before(c.cfg.Term.Since) {
+		seen = c.cfg.Term.Since
+	}
+	if wait := seen.Add(c.cfg.LostAfter).Sub(now); wait > 0 {
+		return wait, nil
+	}
+
+	// Before the verdict, read the Lease itself: a renewal may be on its
+	// way through the watch.
+	l, err := c.cfg.LeaseReader.Leases(likenv1.SystemNamespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return 0, fmt.Errorf("reading the heartbeat Lease of machine %s: %w", name, err)
+	default:
+		if c.record(name, renewal(l)) {
+			return c.cfg.LostAfter, nil
+		}
+	}
+	if err := c.cfg.Term.Fence.Confirm(ctx); err != nil {
+		return 0, fmt.Errorf("not writing machine %s Lost: %w", name, err)
+	}
+	lost := m.DeepCopy()
+	lost.Status.Phase = likenv1.MachineLost
+	if _, err := c.cfg.Writer.UpdateStatus(ctx, lost, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return 0, fmt.Errorf("writing machine %s Lost: %w", name, err)
+	}
+	silent := now.Sub(seen).Round(time.Second)
+	note := fmt.Sprintf("Machine %s sent no heartbeat (Lease %s/%s) for %s, as seen by cluster-operator since %s; it reads Lost and counts against the disruption budget until it reports again. Check its power and network.",
+		name, likenv1.SystemNamespace, name, silent, seen.UTC().Format(time.RFC3339))
+	klog.FromContext(ctx).Info("Machine lost", "machine", klog.KObj(m), "silentFor", silent, "previousPhase", m.Status.Phase)
+	c.cfg.Metrics.MachinesLost.WithLabelValues(m.Spec.Cluster).Inc()
+	if cl, err := c.clusters.Get(m.Spec.Cluster); err == nil {
+		c.cfg.Recorder.Eventf(m, cl, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
+		c.cfg.Recorder.Eventf(cl, m, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
+	} else {
+		c.cfg.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
+	}
+	return 0, nil
+}
