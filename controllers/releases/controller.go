@@ -1,0 +1,298 @@
+// Package releases is the release controller: it reads each Cluster's
+// release channel (index.yaml) every pollInterval and whenever the
+// liken.sh/check-releases annotation changes, and reports the newest
+// announced release. It never touches a rollout.
+package releases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/controllers/internal/fleet"
+	"liken.sh/liken/controllers/internal/metrics"
+	"liken.sh/liken/controllers/internal/worker"
+	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
+	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/node/release"
+)
+
+// FieldManager is the field manager of the release controller's writes.
+const FieldManager = "cluster-operator-releases"
+
+// Reasons of the ReleasesAvailable condition.
+const (
+	// ReasonChannelRead: index.yaml was read and is valid.
+	ReasonChannelRead = "ChannelRead"
+	// ReasonInvalidSource: spec.releases.source is not an http(s) URL.
+	ReasonInvalidSource = "InvalidSource"
+	// ReasonChannelUnreachable: the web server did not answer, or answered
+	// anything but 200.
+	ReasonChannelUnreachable = "ChannelUnreachable"
+	// ReasonChannelTooLarge: index.yaml is larger than the read limit.
+	ReasonChannelTooLarge = "ChannelTooLarge"
+	// ReasonChannelMalformed: index.yaml does not parse or breaks a rule.
+	ReasonChannelMalformed = "ChannelMalformed"
+)
+
+// Event reasons of the release controller.
+const (
+	// EventNewReleaseAvailable: the channel announces a newer release.
+	EventNewReleaseAvailable = "NewReleaseAvailable"
+	// EventChannelReadFailed: the channel could not be read (a new problem).
+	EventChannelReadFailed = "ChannelReadFailed"
+)
+
+// Defaults.
+const (
+	// DefaultRetryAfterError bounds the wait before reading a channel again
+	// after a failed read (pollInterval applies when it is shorter).
+	DefaultRetryAfterError = 5 * time.Minute
+	// DefaultTimeout bounds one read of index.yaml.
+	DefaultTimeout = 30 * time.Second
+)
+
+// ClusterClient reads a Cluster and writes its status.
+type ClusterClient interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*likenv1.Cluster, error)
+	UpdateStatus(ctx context.Context, c *likenv1.Cluster, opts metav1.UpdateOptions) (*likenv1.Cluster, error)
+}
+
+// Config is what the release controller needs.
+type Config struct {
+	Clusters likeninformers.ClusterInformer
+	Client   ClusterClient
+	// HTTP reads the channels; its Timeout bounds a read (DefaultTimeout
+	// when zero).
+	HTTP     *http.Client
+	Recorder events.EventRecorder
+	Metrics  *metrics.Metrics
+	Clock    clock.WithTicker
+	// RetryAfterError: DefaultRetryAfterError when zero.
+	RetryAfterError time.Duration
+	// MaxBytes bounds index.yaml: release.MaxIndexBytes when zero.
+	MaxBytes int64
+}
+
+// Controller is the release controller.
+type Controller struct {
+	cfg      Config
+	clusters likenlisters.ClusterLister
+	queue    *worker.Queue
+	synced   cache.InformerSynced
+}
+
+// New wires the controller to its informer. Call before it starts.
+func New(cfg Config) (*Controller, error) {
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{}
+	}
+	if cfg.HTTP.Timeout == 0 {
+		h := *cfg.HTTP
+		h.Timeout = DefaultTimeout
+		cfg.HTTP = &h
+	}
+	if cfg.RetryAfterError == 0 {
+		cfg.RetryAfterError = DefaultRetryAfterError
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = release.MaxIndexBytes
+	}
+	c := &Controller{cfg: cfg, clusters: cfg.Clusters.Lister(), synced: cfg.Clusters.Informer().HasSynced}
+	c.queue = worker.New("releases", cfg.Clock, c.sync)
+	fn := func(obj any) {
+		if k, ok := worker.KeyOf(obj); ok {
+			c.queue.Add(k)
+		}
+	}
+	if _, err := cfg.Clusters.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: fn, UpdateFunc: func(_, n any) { fn(n) },
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run syncs until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	return c.queue.Run(ctx, workers, c.synced)
+}
+
+// Sync reads the channel of the cluster named key if a read is due (tests
+// drive it directly).
+func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error) {
+	return c.sync(ctx, key)
+}
+
+// interval is how long after checkedAt the next read is due.
+func (c *Controller) interval(cl *likenv1.Cluster) time.Duration {
+	poll := cl.Spec.Releases.PollIntervalOrDefault()
+	if cl.Status.Releases.Error != "" {
+		return min(poll, c.cfg.RetryAfterError)
+	}
+	return poll
+}
+
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	cl, err := c.clusters.Get(key)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	now := c.cfg.Clock.Now()
+	request := cl.Annotations[likenv1.AnnotationCheckReleases]
+	requested := request != cl.Status.Releases.ObservedCheckRequest
+	if checked := cl.Status.Releases.CheckedAt; !requested && checked != nil {
+		if wait := checked.Add(c.interval(cl)).Sub(now); wait > 0 {
+			return wait, nil
+		}
+	}
+
+	res := c.read(ctx, cl.Spec.Releases.Source)
+	c.cfg.Metrics.ChannelReads.WithLabelValues(cl.Name, res.reason).Inc()
+	prev := cl.Status.Releases
+	first := true
+	var written *likenv1.Cluster
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := cl
+		if !first {
+			// Only the fields this controller owns change: apply them to
+			// the newest version.
+			fresh, err := c.cfg.Client.Get(ctx, key, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur = fresh
+		}
+		first = false
+		updated := cur.DeepCopy()
+		apply(updated, res, request, now)
+		w, err := c.cfg.Client.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+		written = w
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("recording the channel read of cluster %s: %w", cl.Name, err)
+	}
+	logger := klog.FromContext(ctx)
+	if res.err != nil {
+		logger.Info("Channel read failed", "cluster", klog.KObj(cl), "reason", res.reason, "err", res.err)
+		if prev.Error != res.message {
+			c.cfg.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, EventChannelReadFailed, "ReadChannel", "%s", res.message)
+		}
+	} else {
+		logger.V(2).Info("Channel read", "cluster", klog.KObj(cl), "newest", res.newest.Version)
+		if res.newest.Version != "" && res.newest.Version != prev.Available {
+			c.cfg.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, EventNewReleaseAvailable, "ReadChannel",
+				"The channel %s announces release %s (digest %s). To upgrade, add it to spec.releases.catalog and set spec.version to it.",
+				cl.Spec.Releases.Source, res.newest.Version, res.newest.Digest)
+		}
+	}
+	if written != nil {
+		return c.interval(written), nil
+	}
+	return c.interval(cl), nil
+}
+
+// readResult is the outcome of one read of a channel.
+type readResult struct {
+	newest  release.IndexEntry
+	count   int
+	reason  string
+	message string
+	err     error
+}
+
+// apply writes a read's outcome into the fields this controller owns:
+// status.releases (except newest) and the ReleasesAvailable condition. A
+// failed read keeps the last announced release.
+func apply(cl *likenv1.Cluster, res readResult, request string, now time.Time) {
+	rs := &cl.Status.Releases
+	checked := metav1.NewTime(now)
+	rs.CheckedAt = &checked
+	rs.ObservedCheckRequest = request
+	cond := metav1.Condition{Type: likenv1.ConditionReleasesAvailable, Reason: res.reason, Message: res.message, ObservedGeneration: cl.Generation}
+	if res.err != nil {
+		rs.Error = res.message
+		cond.Status = metav1.ConditionFalse
+	} else {
+		rs.Error = ""
+		rs.Available = res.newest.Version
+		rs.AvailableDigest = res.newest.Digest
+		cond.Status = metav1.ConditionTrue
+	}
+	fleet.SetCondition(&cl.Status.Conditions, cond, now)
+}
+
+// read fetches and validates <source>/index.yaml, reading at most
+// MaxBytes.
+func (c *Controller) read(ctx context.Context, source string) readResult {
+	fail := func(reason string, err error, format string, args ...any) readResult {
+		return readResult{reason: reason, err: err, message: fmt.Sprintf(format, args...) +
+			" Rollouts are not affected. cluster-operator reads the channel again after min(pollInterval, " +
+			c.cfg.RetryAfterError.String() + ") or when annotation " + likenv1.AnnotationCheckReleases + " gets a new value."}
+	}
+	u, err := url.Parse(source)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err == nil {
+			err = errors.New("not an http or https URL with a host")
+		}
+		return fail(ReasonInvalidSource, err, "spec.releases.source %q is not a valid channel URL (%v): set it to the http(s) URL of the channel directory.", source, err)
+	}
+	index := u.JoinPath(release.IndexName).String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, index, nil)
+	if err != nil {
+		return fail(ReasonInvalidSource, err, "Cannot build a request for %s: %v.", index, err)
+	}
+	resp, err := c.cfg.HTTP.Do(req)
+	if err != nil {
+		return fail(ReasonChannelUnreachable, err, "Cannot read %s: %v. Check spec.releases.source and that the channel's web server answers.", index, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("HTTP %s", resp.Status)
+		return fail(ReasonChannelUnreachable, err, "Reading %s answered %s. Check spec.releases.source and that the channel publishes %s.", index, resp.Status, release.IndexName)
+	}
+	tooLarge := func(size string) readResult {
+		err := fmt.Errorf("index.yaml is %s bytes, more than %d", size, c.cfg.MaxBytes)
+		return fail(ReasonChannelTooLarge, err, "%s is %s bytes, more than the %d bytes cluster-operator reads; it was not parsed. Check the channel.", index, size, c.cfg.MaxBytes)
+	}
+	if resp.ContentLength > c.cfg.MaxBytes {
+		return tooLarge(fmt.Sprint(resp.ContentLength))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBytes+1))
+	if err != nil {
+		return fail(ReasonChannelUnreachable, err, "Reading %s stopped: %v.", index, err)
+	}
+	if int64(len(b)) > c.cfg.MaxBytes {
+		return tooLarge("more than " + fmt.Sprint(c.cfg.MaxBytes))
+	}
+	idx, err := release.ParseIndex(b)
+	if err != nil {
+		return fail(ReasonChannelMalformed, err, "%s is malformed: %v. Fix the channel's index (liken release rewrites it).", index, err)
+	}
+	res := readResult{reason: ReasonChannelRead, count: len(idx.Releases)}
+	if n := idx.Newest(); n != nil {
+		res.newest = *n
+		res.message = fmt.Sprintf("The channel announces %d releases; the newest is %s.", res.count, n.Version)
+	} else {
+		res.message = "The channel announces no release."
+	}
+	return res
+}
