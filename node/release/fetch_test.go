@@ -205,8 +205,8 @@ func TestFetchRefuses(t *testing.T) {
 			reason: release.ReasonUnreachable, file: "rootfs.squashfs", want: "503 Service Unavailable", stageReason: release.ReasonSizeMismatch,
 		},
 		{
-			name: "disk full",
-			sink: func(s release.Sink) release.Sink { return &diskFullSink{Sink: s, left: 1 << 20} },
+			name:   "disk full",
+			sink:   func(s release.Sink) release.Sink { return &diskFullSink{Sink: s, left: 1 << 20} },
 			reason: release.ReasonDiskFull, file: "rootfs.squashfs", want: "no space left on device", stageReason: release.ReasonSizeMismatch,
 		},
 	} {

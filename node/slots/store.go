@@ -128,7 +128,7 @@ func Open(ctx context.Context, root, booted string, opts ...Option) (*Store, err
 	if err := validSlot(booted); err != nil {
 		return nil, fmt.Errorf("booted slot: %w", err)
 	}
-	s := &Store{root: root, booted: booted, clock: clock.RealClock{}}
+	s := &Store{root: root, booted: booted, clock: realClock()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -153,6 +153,8 @@ func Open(ctx context.Context, root, booted string, opts ...Option) (*Store, err
 	}
 	return s, nil
 }
+
+func realClock() clock.PassiveClock { return clock.RealClock{} }
 
 func validSlot(name string) error {
 	if name != A && name != B {
