@@ -178,7 +178,7 @@ func (d *Daemon) runDownload(ctx context.Context, dl *download, source string) e
 		return err
 	}
 	defer h.Close()
-	ctx, cancel := context.WithCancel(ctx)
+	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(h.Context(), cancel)
 	defer stop()
@@ -195,11 +195,12 @@ func (d *Daemon) runDownload(ctx context.Context, dl *download, source string) e
 			d.enqueue()
 		}
 	}}
-	res, err := f.Fetch(ctx, source, dl.target, h)
+	res, err := f.Fetch(fctx, source, dl.target, h)
 	if err != nil {
 		return err
 	}
 	klog.FromContext(ctx).Info("Release downloaded; verifying the whole slot", "bytes", res.Total, "transferred", res.Transferred, "reused", res.Reused)
+	// Stage ends the download handle (and its context) itself.
 	if _, err := d.slots.Stage(ctx, dl.slot); err != nil {
 		return err
 	}

@@ -1,0 +1,506 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	likenfake "liken.sh/liken/generated/clientset/versioned/fake"
+	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/daemon"
+	"liken.sh/liken/node/daemon/daemontest"
+)
+
+const (
+	v1 = "2026.11.01-001"
+	v2 = "2026.11.20-001"
+	v3 = "2026.11.25-001"
+)
+
+// env is one machine, its Cluster and Node on fake clientsets, and a real
+// release channel.
+type env struct {
+	t      *testing.T
+	kube   *kubefake.Clientset
+	lk     *likenfake.Clientset
+	ch     *daemontest.Channel
+	m      *daemontest.Machine
+	digest map[string]string
+
+	mu       sync.Mutex
+	refuse   map[string]bool
+	evicted  []string
+	nodeDown bool
+}
+
+func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
+	e := &env{t: t, ch: daemontest.NewChannel(t), digest: map[string]string{}, refuse: map[string]bool{}}
+	e.digest[v1] = e.ch.Publish(t, v1, 4<<10)
+	e.digest[v2] = e.ch.Publish(t, v2, 256<<10)
+	e.digest[v3] = e.ch.Publish(t, v3, 128<<10)
+	e.m = daemontest.NewMachine(t, "m1", e.ch, v1)
+	c := &likenv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "c1", Annotations: map[string]string{}},
+		Spec: likenv1.ClusterSpec{
+			Version: v1,
+			Releases: likenv1.ReleasesSpec{Source: e.ch.URL, Catalog: []likenv1.CatalogEntry{
+				{Version: v1, Digest: e.digest[v1]}, {Version: v2, Digest: e.digest[v2]}, {Version: v3, Digest: e.digest[v3]},
+			}},
+			Network:  likenv1.NetworkSpec{Endpoint: "https://10.0.0.10:6443"},
+			Settings: likenv1.SharedSettings{Sysctls: map[string]string{"vm.max_map_count": "262144"}},
+			Disruption: likenv1.DisruptionSpec{
+				DrainTimeout: &metav1.Duration{Duration: 300 * time.Millisecond},
+				TrialTimeout: &metav1.Duration{Duration: 3 * time.Second},
+			},
+		},
+	}
+	m := &likenv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "m1", Generation: 1, Annotations: map[string]string{}},
+		Spec:       likenv1.MachineSpec{Cluster: "c1", Role: likenv1.RoleWorker, RebootPolicy: policy},
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "m1"},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+	e.lk = likenfake.NewSimpleClientset(c, m)
+	e.kube = kubefake.NewClientset(node)
+	e.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ca := a.(k8stesting.CreateAction)
+		if ca.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := ca.GetObject().(*policyv1.Eviction)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.refuse[ev.Name] {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		e.evicted = append(e.evicted, ev.Name)
+		return true, nil, e.kube.Tracker().Delete(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, ev.Namespace, ev.Name)
+	})
+	return e
+}
+
+func (e *env) options() daemon.Options {
+	return daemon.Options{
+		Kube: e.kube, Liken: e.lk,
+		Timing: daemon.Timing{
+			Heartbeat: 50 * time.Millisecond, Progress: 50 * time.Millisecond, Resync: 300 * time.Millisecond,
+			RetryMin: 100 * time.Millisecond, RetryMax: time.Second, DrainPoll: 10 * time.Millisecond,
+			EvictRetryMin: 10 * time.Millisecond, EvictRetryMax: 50 * time.Millisecond, APIRetry: 50 * time.Millisecond,
+		},
+	}
+}
+
+func (e *env) start() *daemontest.Running { return e.m.Start(e.t, e.options()) }
+
+func (e *env) machine() *likenv1.Machine {
+	m, err := e.lk.LikenV1alpha1().Machines().Get(context.Background(), "m1", metav1.GetOptions{})
+	assert.NilError(e.t, err)
+	return m
+}
+
+func (e *env) cluster() *likenv1.Cluster {
+	c, err := e.lk.LikenV1alpha1().Clusters().Get(context.Background(), "c1", metav1.GetOptions{})
+	assert.NilError(e.t, err)
+	return c
+}
+
+func (e *env) node() *corev1.Node {
+	n, err := e.kube.CoreV1().Nodes().Get(context.Background(), "m1", metav1.GetOptions{})
+	assert.NilError(e.t, err)
+	return n
+}
+
+func (e *env) editCluster(f func(c *likenv1.Cluster)) {
+	e.t.Helper()
+	c := e.cluster()
+	f(c)
+	_, err := e.lk.LikenV1alpha1().Clusters().Update(context.Background(), c, metav1.UpdateOptions{})
+	assert.NilError(e.t, err)
+}
+
+func (e *env) editMachine(f func(m *likenv1.Machine)) {
+	e.t.Helper()
+	m := e.machine()
+	f(m)
+	m.Generation++
+	_, err := e.lk.LikenV1alpha1().Machines().Update(context.Background(), m, metav1.UpdateOptions{})
+	assert.NilError(e.t, err)
+}
+
+// grant plays cluster-operator: it records a turn for the change the
+// machine reports.
+func (e *env) grant() string {
+	e.t.Helper()
+	m := e.machine()
+	assert.Assert(e.t, m.Status.Change != "", "the machine asks for no turn")
+	e.grantChange(m.Status.Change)
+	return m.Status.Change
+}
+
+func (e *env) grantChange(change string) {
+	e.t.Helper()
+	m := e.machine()
+	c := e.cluster()
+	c.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Reason: likenv1.TurnReboot, Change: change, BootID: m.Status.Observed.BootID, GrantedAt: metav1.Now()}}
+	_, err := e.lk.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+	assert.NilError(e.t, err)
+}
+
+func (e *env) revoke() {
+	e.t.Helper()
+	c := e.cluster()
+	c.Status.RebootTurns = nil
+	_, err := e.lk.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+	assert.NilError(e.t, err)
+}
+
+func (e *env) setNodeReady(ready bool) {
+	e.t.Helper()
+	n := e.node()
+	s := corev1.ConditionTrue
+	if !ready {
+		s = corev1.ConditionFalse
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}
+	_, err := e.kube.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+	assert.NilError(e.t, err)
+}
+
+func (e *env) addPod(name string, claim bool) {
+	e.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", Labels: map[string]string{"app": name}},
+		Spec:       corev1.PodSpec{NodeName: "m1"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if claim {
+		n := "gpu"
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &n}}
+	}
+	_, err := e.kube.CoreV1().Pods("app").Create(context.Background(), p, metav1.CreateOptions{})
+	assert.NilError(e.t, err)
+}
+
+func (e *env) setRefuse(pod string, v bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.refuse[pod] = v
+}
+
+func (e *env) evictions() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.evicted...)
+}
+
+// waitFor polls the Machine until check passes.
+func (e *env) waitFor(what string, check func(m *likenv1.Machine) bool) *likenv1.Machine {
+	e.t.Helper()
+	var last *likenv1.Machine
+	poll.WaitOn(e.t, func(poll.LogT) poll.Result {
+		last = e.machine()
+		if check(last) {
+			return poll.Success()
+		}
+		return poll.Continue("%s; machine status: phase %s change %q pending %v conditions %s", what, last.Status.Phase, last.Status.Change, last.Status.Pending, conds(last))
+	}, poll.WithTimeout(20*time.Second), poll.WithDelay(10*time.Millisecond))
+	return last
+}
+
+func (e *env) waitPhase(p likenv1.MachinePhase) *likenv1.Machine {
+	e.t.Helper()
+	return e.waitFor("phase "+string(p), func(m *likenv1.Machine) bool { return m.Status.Phase == p })
+}
+
+func conds(m *likenv1.Machine) string {
+	var s []string
+	for _, c := range m.Status.Conditions {
+		s = append(s, fmt.Sprintf("%s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(s, "; ")
+}
+
+func cond(m *likenv1.Machine, typ string) metav1.Condition {
+	c := meta.FindStatusCondition(m.Status.Conditions, typ)
+	if c == nil {
+		return metav1.Condition{}
+	}
+	return *c
+}
+
+// waitExit waits for the daemon to stop for a reboot.
+func waitExit(t *testing.T, r *daemontest.Running) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.Wait() }()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, daemon.ErrRebooted)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the daemon did not reboot")
+	}
+}
+
+func (e *env) events() []string {
+	list, err := e.kube.EventsV1().Events(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
+	assert.NilError(e.t, err)
+	var out []string
+	for _, ev := range list.Items {
+		out = append(out, ev.Reason+": "+ev.Note)
+	}
+	return out
+}
+
+func (e *env) waitEvent(reason, contains string) {
+	e.t.Helper()
+	poll.WaitOn(e.t, func(poll.LogT) poll.Result {
+		for _, ev := range e.events() {
+			if strings.HasPrefix(ev, reason+": ") && strings.Contains(ev, contains) {
+				return poll.Success()
+			}
+		}
+		return poll.Continue("no event %s containing %q in %v", reason, contains, e.events())
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
+}
+
+func TestReadyOnTheClusterVersion(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.start()
+	m := e.waitPhase(likenv1.MachineReady)
+	assert.Equal(t, m.Status.Version, v1)
+	assert.Equal(t, m.Status.Slot, "A")
+	assert.Equal(t, m.Status.Observed.BootID, "m1-boot-1")
+	assert.Assert(t, m.Status.Observed.LastBoot != nil)
+	assert.Equal(t, cond(m, likenv1.ConditionReady).Status, metav1.ConditionTrue)
+	assert.Equal(t, m.Status.ObservedGeneration, int64(1))
+	assert.Equal(t, e.m.Recorder.Count(changes.OpBoot), 1, "the first boot applies the configuration")
+
+	// The heartbeat Lease names the machine and is renewed.
+	var first time.Time
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		l, err := e.kube.CoordinationV1().Leases(likenv1.SystemNamespace).Get(context.Background(), "m1", metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("no lease: %v", err)
+		}
+		assert.Equal(t, *l.Spec.HolderIdentity, "m1")
+		if first.IsZero() {
+			first = l.Spec.RenewTime.Time
+		}
+		if l.Spec.RenewTime.Time.After(first) {
+			return poll.Success()
+		}
+		return poll.Continue("lease not renewed yet")
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
+}
+
+// TestUpgradeWithTrial follows one release from the catalog to a committed
+// slot: download, stage, approval, turn, drain, trial boot, commit.
+func TestUpgradeWithTrial(t *testing.T) {
+	e := newEnv(t, likenv1.RebootManual)
+	e.addPod("web", false)
+	e.addPod("gpu-job", true)
+	r := e.start()
+	e.waitPhase(likenv1.MachineReady)
+
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	m := e.waitPhase(likenv1.MachineUpdatePending)
+	assert.Equal(t, m.Status.Staged, v2)
+	assert.Assert(t, m.Status.Change != "")
+	assert.DeepEqual(t, []string{m.Status.Pending[0].Field}, []string{changes.FieldVersion})
+	rp := cond(m, likenv1.ConditionRebootPending)
+	assert.Equal(t, rp.Reason, likenv1.ReasonAwaitingApproval)
+	assert.Assert(t, is.Contains(rp.Message, "liken approve-reboot c1 m1"))
+	assert.Equal(t, cond(m, likenv1.ConditionReleaseVerified).Status, metav1.ConditionTrue)
+	e.waitEvent(daemon.ReasonReleaseStaged, v2)
+
+	// A turn without approval is not taken.
+	change := e.grant()
+	assert.Assert(t, is.Len(e.evictions(), 0))
+	e.editMachine(func(m *likenv1.Machine) { m.Annotations[likenv1.AnnotationApprovedChange] = change })
+	waitExit(t, r)
+	assert.Equal(t, e.evictions()[0], "gpu-job", "the pod holding a ResourceClaim goes first")
+	assert.Assert(t, e.node().Spec.Unschedulable)
+	assert.Equal(t, e.node().Annotations[likenv1.AnnotationCordoned], change)
+	st, err := boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotA, Trial: boot.SlotB})
+
+	// The trial boot commits once the node is Ready and the status written.
+	r = e.start()
+	assert.Assert(t, r.Boot.Trial)
+	m = e.waitPhase(likenv1.MachineReady)
+	assert.Equal(t, m.Status.Version, v2)
+	assert.Equal(t, m.Status.Slot, "B")
+	assert.Equal(t, m.Status.Change, "")
+	assert.Assert(t, is.Len(m.Status.Pending, 0))
+	st, err = boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotB})
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if n := e.node(); n.Spec.Unschedulable || n.Annotations[likenv1.AnnotationCordoned] != "" {
+			return poll.Continue("node still cordoned")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
+	assert.DeepEqual(t, slotStates(m), map[string]likenv1.SlotState{"A": likenv1.SlotPrevious, "B": likenv1.SlotActive})
+	e.waitEvent(daemon.ReasonTrialSucceeded, v2)
+}
+
+func slotStates(m *likenv1.Machine) map[string]likenv1.SlotState {
+	out := map[string]likenv1.SlotState{}
+	for _, s := range m.Status.Slots {
+		out[s.Name] = s.State
+	}
+	return out
+}
+
+// TestTrialThatNeverRejoins: the node never turns Ready, the trial times
+// out, the machine reboots to its proven slot and reports TrialFailed.
+func TestTrialThatNeverRejoins(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Version = v2
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 700 * time.Millisecond}
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.setNodeReady(false)
+	e.grant()
+	waitExit(t, r)
+
+	r = e.start()
+	assert.Assert(t, r.Boot.Trial)
+	waitExit(t, r) // the trial gives up and reboots
+
+	r = e.start()
+	assert.Assert(t, !r.Boot.Trial)
+	assert.Equal(t, r.Boot.Slot, boot.SlotA)
+	m := e.waitPhase(likenv1.MachineDegraded)
+	tf := cond(m, likenv1.ConditionTrialFailed)
+	assert.Equal(t, tf.Status, metav1.ConditionTrue)
+	assert.Assert(t, is.Contains(tf.Message, "is not Ready"), tf.Message)
+	assert.Equal(t, m.Status.Version, v1)
+	assert.Equal(t, slotStates(m)["B"], likenv1.SlotFailed)
+	assert.Equal(t, m.Status.Change, "", "a machine whose trial failed asks for no turn")
+
+	// A new version clears the failure and downloads into the same slot.
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v3 })
+	m = e.waitPhase(likenv1.MachineUpdatePending)
+	assert.Equal(t, m.Status.Staged, v3)
+	assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionFalse)
+}
+
+// TestTrialWithoutAPI: the trial boot never reaches the API server; the
+// timer alone brings the machine back to its proven slot.
+func TestTrialWithoutAPI(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Version = v2
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 500 * time.Millisecond}
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.grant()
+	waitExit(t, r)
+
+	o := e.options()
+	broken := likenfake.NewSimpleClientset()
+	broken.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf("connection refused")
+	})
+	o.Liken = broken
+	r = e.m.Start(t, o)
+	assert.Assert(t, r.Boot.Trial)
+	waitExit(t, r)
+
+	r = e.start()
+	m := e.waitPhase(likenv1.MachineDegraded)
+	assert.Assert(t, is.Contains(cond(m, likenv1.ConditionTrialFailed).Message, "has not reached the API server"))
+	assert.Equal(t, r.Boot.Slot, boot.SlotA)
+}
+
+// TestRetargetWhileDownloading: a new version while the download runs
+// stops it and downloads the new target into the same slot.
+func TestRetargetWhileDownloading(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.ch.SetDelay(time.Hour) // the artifact of v2 never arrives
+	e.start()
+	e.waitPhase(likenv1.MachineReady)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	e.waitFor("slot B downloading", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineDownloading && slotStates(m)["B"] == likenv1.SlotDownloading && m.Status.Download != nil
+	})
+	e.ch.SetDelay(0)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v3 })
+	m := e.waitPhase(likenv1.MachineUpdatePending)
+	assert.Equal(t, m.Status.Staged, v3)
+	assert.Equal(t, m.Status.Slots[1].Version, v3)
+
+	// Back to the running version: the staged release is withdrawn.
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v1 })
+	m = e.waitPhase(likenv1.MachineReady)
+	assert.Equal(t, slotStates(m)["B"], likenv1.SlotEmpty)
+	assert.Equal(t, m.Status.Staged, "")
+}
+
+// TestCorruptReleaseIsRetried: bytes that do not match the release
+// document leave ReleaseVerified=False and an event naming the artifact.
+func TestCorruptReleaseIsRetried(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	art := filepath.Join(e.ch.Dir, v2, "rootfs.squashfs")
+	good, err := os.ReadFile(art)
+	assert.NilError(t, err)
+	bad := append([]byte(nil), good...)
+	bad[100] ^= 0xff
+	assert.NilError(t, os.WriteFile(art, bad, 0o644))
+	e.start()
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	m := e.waitFor("ReleaseVerified=False", func(m *likenv1.Machine) bool {
+		return cond(m, likenv1.ConditionReleaseVerified).Status == metav1.ConditionFalse
+	})
+	assert.Equal(t, cond(m, likenv1.ConditionReleaseVerified).Reason, "ChecksumMismatch")
+	assert.Equal(t, m.Status.Staged, "")
+	assert.Assert(t, m.Status.Change == "")
+	e.waitEvent(daemon.ReasonReleaseFailed, "rootfs.squashfs")
+	assert.NilError(t, os.WriteFile(art, good, 0o644))
+	m = e.waitPhase(likenv1.MachineUpdatePending)
+	assert.Equal(t, m.Status.Staged, v2)
+}
+
+// TestRestartResumesAStagedRelease: a daemon restart keeps what is on disk.
+func TestRestartResumesAStagedRelease(t *testing.T) {
+	e := newEnv(t, likenv1.RebootManual)
+	r := e.start()
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	m := e.waitPhase(likenv1.MachineUpdatePending)
+	change := m.Status.Change
+	assert.NilError(t, r.Stop())
+	// SIGTERM is not a reboot; the next start is the same boot.
+	r = e.m.StartIn(t, e.options(), r.Boot)
+	m = e.waitFor("same change after restart", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineUpdatePending && m.Status.Observed.BootID == r.Boot.BootID
+	})
+	assert.Equal(t, m.Status.Change, change)
+}
