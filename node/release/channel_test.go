@@ -25,7 +25,7 @@ import (
 // testChannel is a real channel directory built by release.Build, shared
 // by an httptest server that counts what it serves and injects faults.
 type testChannel struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	srv *httptest.Server
 
@@ -54,7 +54,7 @@ type blockRule struct {
 	reached chan struct{}
 }
 
-func newChannel(t *testing.T) *testChannel {
+func newChannel(t testing.TB) *testChannel {
 	c := &testChannel{t: t, dir: t.TempDir(), served: map[string]int64{}, reqs: map[string]int{}, cut: map[string]*cutRule{}, block: map[string]*blockRule{}, override: map[string]http.HandlerFunc{}}
 	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
 	t.Cleanup(c.srv.Close)
