@@ -92,7 +92,7 @@ type Sink interface {
 // Defaults of a Fetcher.
 const (
 	// DefaultCheckpointBytes is how often (in bytes) progress is persisted.
-	DefaultCheckpointBytes int64 = 16 << 20
+	DefaultCheckpointBytes int64 = 8 << 20
 	// DefaultIdleTimeout is how long a transfer may stall before it is
 	// cut and reported.
 	DefaultIdleTimeout = 60 * time.Second
@@ -108,8 +108,10 @@ type Fetcher struct {
 	// IdleTimeout cuts a transfer that sends nothing for this long; 0
 	// means DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// Progress, when set, is called as bytes arrive with the bytes of the
-	// release's artifacts in the slot so far and their total.
+	// Progress, when set, is called with the bytes of the release's
+	// artifacts in the slot so far and their total: once when the
+	// download starts (counting what an earlier attempt left) and then as
+	// bytes arrive. It runs on the fetching goroutine; keep it short.
 	Progress func(done, total int64)
 }
 
@@ -202,6 +204,9 @@ func (f *Fetcher) Fetch(ctx context.Context, source string, target Target, sink 
 		res.Done += doc.Artifacts[i].Size
 	}
 	res.Reused = res.Done + cp.Offset
+	if f.Progress != nil {
+		f.Progress(res.Reused, res.Total)
+	}
 	buf := make([]byte, bufferSize)
 	for i := cp.Artifact; i < len(doc.Artifacts); i++ {
 		if err := ctx.Err(); err != nil {

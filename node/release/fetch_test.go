@@ -274,9 +274,14 @@ func TestFetchResumesAfterCut(t *testing.T) {
 	assert.Check(t, is.Equal(cp.Path, "rootfs.squashfs"))
 	assert.Check(t, cp.Offset > 1<<20 && cp.Offset <= 2<<20+777, "offset %d", cp.Offset)
 
-	res2, err := fetcher(c).Fetch(ctx, c.srv.URL, target, dl)
+	f := fetcher(c)
+	var progress []int64
+	f.Progress = func(done, total int64) { progress = append(progress, done) }
+	res2, err := f.Fetch(ctx, c.srv.URL, target, dl)
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(res2.Reused, cp.Offset))
+	assert.Check(t, is.Equal(progress[0], cp.Offset), "progress starts with the bytes already in the slot")
+	assert.Check(t, is.Equal(progress[len(progress)-1], res2.Total))
 	served := c.servedBytes(rootfs)
 	t.Logf("rootfs %d bytes: served %d in total (first attempt %d, then resumed from %d)", size, served, res1.Transferred, cp.Offset)
 	assert.Check(t, served < 2*size, "served %d bytes of a %d-byte artifact", served, size)
