@@ -132,6 +132,20 @@ func (c *Controller) LastSeen(name string) (time.Time, bool) {
 	return t, ok
 }
 
+// Silent is true when the machine's heartbeat has not changed for the
+// lost-after duration, as this copy saw it: the machine counts as Lost
+// even before the verdict is written. The turn controller asks, so that a
+// grant never races the Lost write.
+func (c *Controller) Silent(name string, now time.Time) bool {
+	c.mu.Lock()
+	seen, ok := c.seen[name]
+	c.mu.Unlock()
+	if !ok || seen.Before(c.cfg.Term.Since) {
+		seen = c.cfg.Term.Since
+	}
+	return !now.Before(seen.Add(c.cfg.LostAfter))
+}
+
 func nameOf(key string) string {
 	_, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {

@@ -155,6 +155,17 @@ func TestLostAfterFortySecondsWithoutHeartbeat(t *testing.T) {
 	assert.Equal(t, f.phase("a"), likenv1.MachineLost)
 }
 
+func TestSilent(t *testing.T) {
+	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a"), tu.Machine("b")}, lease("a", tu.Epoch))
+	f.clock.Step(30 * time.Second)
+	f.renew("a")
+	now := tu.Epoch.Add(40 * time.Second)
+	assert.Assert(t, !f.ctrl.Silent("a", now), "renewed 10 s ago")
+	assert.Assert(t, f.ctrl.Silent("b", now), "no Lease since the start, 40 s ago")
+	assert.Assert(t, !f.ctrl.Silent("b", now.Add(-time.Nanosecond)))
+	assert.Assert(t, f.ctrl.Silent("a", tu.Epoch.Add(70*time.Second)))
+}
+
 func TestRenewalsKeepAMachineAlive(t *testing.T) {
 	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")}, lease("a", tu.Epoch))
 	for range 5 {

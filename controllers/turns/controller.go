@@ -59,6 +59,12 @@ type StatusWriter interface {
 	UpdateStatus(ctx context.Context, c *likenv1.Cluster, opts metav1.UpdateOptions) (*likenv1.Cluster, error)
 }
 
+// Liveness says whether a machine's heartbeat stopped (see
+// liveness.Controller.Silent).
+type Liveness interface {
+	Silent(name string, now time.Time) bool
+}
+
 // Config is what the turn controller needs.
 type Config struct {
 	Clusters likeninformers.ClusterInformer
@@ -72,6 +78,9 @@ type Config struct {
 	// granting begins; its Fence is confirmed before every grant.
 	Term         leadership.Term
 	StartupGrace time.Duration
+	// Liveness, when set, makes silent machines count as Lost before the
+	// verdict is written.
+	Liveness Liveness
 }
 
 // Controller is the turn controller.
@@ -175,10 +184,19 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		nodes[m.Name] = Node{State: state, Unschedulable: n != nil && n.Spec.Unschedulable}
 	}
 	now := c.cfg.Clock.Now()
+	silent := map[string]bool{}
+	if c.cfg.Liveness != nil {
+		for _, m := range machines {
+			if c.cfg.Liveness.Silent(m.Name, now) {
+				silent[m.Name] = true
+			}
+		}
+	}
 	d := Decide(Input{
 		Cluster:   cluster,
 		Machines:  machines,
 		Nodes:     nodes,
+		Silent:    silent,
 		Now:       now,
 		GrantFrom: c.cfg.Term.Since.Add(c.cfg.StartupGrace),
 		Identity:  c.cfg.Term.Identity,

@@ -29,6 +29,9 @@ type Input struct {
 	Machines []*likenv1.Machine
 	// Nodes by machine name; a machine without an entry has no Node.
 	Nodes map[string]Node
+	// Silent names the machines whose heartbeat stopped for the lost-after
+	// duration but that may not read Lost yet: they count as Lost.
+	Silent map[string]bool
 	// Now on the operator's clock.
 	Now time.Time
 	// GrantFrom is the end of the startup grace: nothing is granted before.
@@ -173,7 +176,7 @@ func Decide(in Input) Decision {
 	maxUnavailable, budgetErr := c.Spec.Disruption.MaxUnavailableFor(len(in.Machines))
 	inLedger := func(name string) bool { return fleet.FindTurn(st.RebootTurns, name) != nil }
 	unavailable := func(m *likenv1.Machine) bool {
-		return m.Status.Phase == likenv1.MachineLost || in.Nodes[m.Name].State == fleet.NodeNotReady
+		return m.Status.Phase == likenv1.MachineLost || in.Silent[m.Name] || in.Nodes[m.Name].State == fleet.NodeNotReady
 	}
 	d.Waiting = waiting(in.Machines, inLedger)
 	var blocked *metav1.Condition

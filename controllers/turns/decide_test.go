@@ -251,6 +251,23 @@ func TestBudget(t *testing.T) {
 	}
 }
 
+func TestSilentMachineCountsBeforeItReadsLost(t *testing.T) {
+	// At the end of the startup grace the liveness verdict and the first
+	// grant are due together: a silent machine must count either way.
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2))
+	machines := []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b")}
+	in := input(c, machines, nil)
+	in.Silent = map[string]bool{"b": true}
+	d := Decide(in)
+	assert.Equal(t, len(d.Granted), 0)
+	assert.Equal(t, progressing(t, d.Status).Message, "Waiting for a turn: a.")
+
+	in.Silent = map[string]bool{"a": true}
+	d = Decide(in)
+	// A silent machine asking for a turn costs nothing more.
+	assert.DeepEqual(t, granted(d), []string{"a"})
+}
+
 func TestPausedSaysWhatToDo(t *testing.T) {
 	d := Decide(input(tu.Cluster("lab", tu.MaxUnavailable("0")), []*likenv1.Machine{tu.Machine("a", tu.WantsReboot)}, nil))
 	c := progressing(t, d.Status)

@@ -192,18 +192,18 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	clusters := lf.Liken().V1alpha1().Clusters()
 	machines := lf.Liken().V1alpha1().Machines()
 
-	turnCtrl, err := turns.New(turns.Config{
-		Clusters: clusters, Machines: machines, Nodes: kf.Core().V1().Nodes(),
-		Writer: liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
-		Term: term, StartupGrace: o.StartupGrace,
-	})
-	if err != nil {
-		return err
-	}
 	liveCtrl, err := liveness.New(liveness.Config{
 		Machines: machines, Clusters: clusters, Leases: leaseFactory.Coordination().V1().Leases(),
 		LeaseReader: kube.CoordinationV1(), Writer: liken.LikenV1alpha1().Machines(),
 		Recorder: recorder, Metrics: m, Clock: clk, Term: term, LostAfter: o.MachineLostAfter,
+	})
+	if err != nil {
+		return err
+	}
+	turnCtrl, err := turns.New(turns.Config{
+		Clusters: clusters, Machines: machines, Nodes: kf.Core().V1().Nodes(),
+		Writer: liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
+		Term: term, StartupGrace: o.StartupGrace, Liveness: liveCtrl,
 	})
 	if err != nil {
 		return err
