@@ -6,6 +6,29 @@
 //	<channel>/<version>/release.yaml     the release document
 //	<channel>/<version>/<artifact path>  the files the document lists
 //
+// A release document looks like this (fields in any order; unknown fields
+// are refused):
+//
+//	apiVersion: liken.sh/v1alpha1
+//	kind: Release
+//	version: 2026.07.20-001
+//	artifacts:
+//	- path: rootfs.squashfs        # required: the OS image
+//	  size: 734003200
+//	  sha256: 5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03
+//	- path: boot/vmlinuz
+//	  size: 12345678
+//	  sha256: ...
+//
+// and the index:
+//
+//	apiVersion: liken.sh/v1alpha1
+//	kind: ReleaseIndex
+//	releases:
+//	- version: 2026.07.20-001
+//	  digest: sha256:47f30ef764270b4d55cc38e4f0afb2e8912da297d0c3e2b6d18fe2e8c24eb9e2
+//	  published: "2026-07-20T10:00:00Z"
+//
 // A cluster pins each release by the digest of its release.yaml bytes
 // (Digest). Every byte a machine downloads is checked against that digest
 // or against the sha256 the verified document gives for the artifact.

@@ -12,7 +12,6 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-	"gotest.tools/v3/poll"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/release"
@@ -603,5 +602,4 @@ func TestCheckpointState(t *testing.T) {
 	assert.NilError(t, dl.SaveCheckpoint(cp))
 	got := openStore(t, root).Checkpoint(slots.B)
 	assert.DeepEqual(t, got, &cp)
-	poll.WaitOn(t, func(poll.LogT) poll.Result { return poll.Success() })
 }
