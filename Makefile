@@ -33,7 +33,7 @@ kube: $(BIN)/kube
 
 $(BIN)/kube: hack/kube/go.mod hack/kube/go.sum hack/kube/main.go
 	@mkdir -p $(BIN)
-	cd hack/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/kube.tmp .
+	cd hack/kube && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/kube.tmp .
 	mv $(BIN)/kube.tmp $(BIN)/kube
 
 .PHONY: generate

@@ -65,6 +65,9 @@ func run(cmd *cobra.Command, name string, args []string) int {
 
 func runKwok(args []string) int {
 	os.Args = append([]string{"kwok"}, args...)
+	// The Kubernetes components register flags (such as --version) on the
+	// global flag set when their packages load; kwok defines its own.
+	pflag.CommandLine = pflag.NewFlagSet("kwok", pflag.ContinueOnError)
 	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	flagset.ParseErrorsAllowlist.UnknownFlags = true
 	flagset.Usage = func() {}

@@ -135,7 +135,7 @@ func FindBinary() (string, error) {
 // Start brings up etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kwok, and returns once the API server is ready. On
 // error, everything started so far is stopped.
-func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
+func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if opts.Log == nil {
 		opts.Log = func(string, ...any) {}
 	}
@@ -153,7 +153,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 			return nil, err
 		}
 	}
-	cp = &ControlPlane{Dir: dir, opts: opts, tokens: map[string]string{}}
+	cp := &ControlPlane{Dir: dir, opts: opts, tokens: map[string]string{}}
 	defer func() {
 		if err != nil {
 			cp.Stop()
@@ -194,6 +194,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
+		"--endpoint-reconciler-type", "none",
 		"--secure-port", fmt.Sprint(apiPort),
 		"--tls-cert-file", pki("apiserver.crt"),
 		"--tls-private-key-file", pki("apiserver.key"),
@@ -319,11 +320,16 @@ func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) erro
 	if err != nil {
 		return err
 	}
+	return SetNodePower(ctx, cs, name, on)
+}
+
+// SetNodePower turns a kwok node's simulated power on or off.
+func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on bool) error {
 	patch := `{"metadata":{"labels":{"` + PowerLabel + `":"off"}}}`
 	if on {
 		patch = `{"metadata":{"labels":{"` + PowerLabel + `":null}}}`
 	}
-	_, err = cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
 }
 

@@ -1,0 +1,91 @@
+package controlplane
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+func nodeReady(cs kubernetes.Interface, name string, want bool) poll.Check {
+	return func(poll.LogT) poll.Result {
+		n, err := cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("%v", err)
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && (c.Status == corev1.ConditionTrue) == want {
+				return poll.Success()
+			}
+		}
+		return poll.Continue("node %s: conditions %v", name, n.Status.Conditions)
+	}
+}
+
+// TestNodesPodsAndPower: kwok's nodes go Ready, pods bound to them run,
+// power off makes a node NotReady and power on makes it Ready again, and
+// Stop ends exactly the processes the control plane started.
+func TestNodesPodsAndPower(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	start := time.Now()
+	cp, err := Start(ctx, Options{Dir: dir, Machines: []string{"m1"}, Log: t.Logf})
+	assert.NilError(t, err)
+	t.Logf("ready in %s", time.Since(start))
+	stopped := false
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cp.Logs(3000))
+		}
+		if !stopped {
+			cp.Stop()
+		}
+	})
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+
+	assert.NilError(t, cp.AddNode(ctx, "m1", nil))
+	poll.WaitOn(t, nodeReady(cs, "m1", true), poll.WithTimeout(60*time.Second), poll.WithDelay(200*time.Millisecond))
+
+	_, err = cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{
+			Containers:  []corev1.Container{{Name: "web", Image: "nginx"}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		},
+	}, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("%v", err)
+		}
+		if p.Spec.NodeName == "m1" && p.Status.Phase == corev1.PodRunning {
+			return poll.Success()
+		}
+		return poll.Continue("pod on %q, phase %s", p.Spec.NodeName, p.Status.Phase)
+	}, poll.WithTimeout(60*time.Second), poll.WithDelay(200*time.Millisecond))
+
+	assert.NilError(t, cp.SetPower(ctx, "m1", false))
+	poll.WaitOn(t, nodeReady(cs, "m1", false), poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+	assert.NilError(t, cp.SetPower(ctx, "m1", true))
+	poll.WaitOn(t, nodeReady(cs, "m1", true), poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+
+	out, err := cp.Kubectl(ctx, "version")
+	assert.NilError(t, err)
+	assert.Assert(t, contains(out, "Server Version: v1.37.2"), out)
+
+	cp.Stop()
+	stopped = true
+	for _, p := range cp.Processes {
+		assert.Assert(t, !Alive(p.PID), "%s (pid %d) still runs after Stop", p.Name, p.PID)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,147 @@
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+
+	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/node/release"
+)
+
+// Process kinds of the lab besides the control-plane components.
+const (
+	KindOperator = "operator"
+	KindMachine  = "machine"
+	KindChannel  = "channel"
+)
+
+// State is what a running lab records in <lab dir>/lab.json; `liken lab
+// status -o json` prints it.
+type State struct {
+	// Name is the lab's name.
+	Name string `json:"name"`
+	// Dir holds every file of the lab.
+	Dir string `json:"dir"`
+	// Kubeconfig is the admin kubeconfig.
+	Kubeconfig string `json:"kubeconfig"`
+	// Channel is the URL of the lab's release channel.
+	Channel string `json:"channel"`
+	// ChannelDir is the directory the channel serves.
+	ChannelDir string `json:"channelDir"`
+	// Processes are the processes the lab started.
+	Processes []controlplane.Process `json:"processes"`
+	// Machines are the simulated machines.
+	Machines []MachineInfo `json:"machines"`
+}
+
+// MachineInfo describes one simulated machine.
+type MachineInfo struct {
+	// Name is the machine's (and its Node's) name.
+	Name string `json:"name"`
+	// Role is Leader or Worker.
+	Role string `json:"role"`
+	// Kubeconfig is the machine's own identity (system:node:<name>).
+	Kubeconfig string `json:"kubeconfig"`
+	// Dir holds the machine's disk, layer and logs.
+	Dir string `json:"dir"`
+}
+
+var labName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$`)
+
+// Home is the folder that holds every lab: $LIKEN_LAB_HOME, else
+// $XDG_STATE_HOME/liken/labs, else ~/.local/state/liken/labs.
+func Home() (string, error) {
+	if h := os.Getenv("LIKEN_LAB_HOME"); h != "" {
+		return filepath.Abs(h)
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "liken", "labs"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("finding the labs folder: %w (set LIKEN_LAB_HOME)", err)
+	}
+	return filepath.Join(home, ".local", "state", "liken", "labs"), nil
+}
+
+// Dir is the folder of the lab called name.
+func Dir(name string) (string, error) {
+	if !labName.MatchString(name) {
+		return "", fmt.Errorf("lab name %q: use 1 to 32 lowercase letters, digits and dashes, such as lab or lab-2", name)
+	}
+	home, err := Home()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, name), nil
+}
+
+// Load reads the state of the lab called name.
+func Load(name string) (*State, error) {
+	dir, err := Dir(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("there is no lab called %q (looked in %s): start one with liken lab up --name %s", name, dir, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s is damaged (%v): stop what is left with liken lab down --name %s", filepath.Join(dir, "lab.json"), err, name)
+	}
+	return &st, nil
+}
+
+// Save writes the lab's state atomically.
+func (st *State) Save() error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return release.WriteFileAtomic(filepath.Join(st.Dir, "lab.json"), append(b, '\n'), 0o600)
+}
+
+// Machine returns the machine called name.
+func (st *State) Machine(name string) (*MachineInfo, error) {
+	for i := range st.Machines {
+		if st.Machines[i].Name == name {
+			return &st.Machines[i], nil
+		}
+	}
+	var names []string
+	for _, m := range st.Machines {
+		names = append(names, m.Name)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("lab %s has no machine %q; its machines are %v", st.Name, name, names)
+}
+
+// Process returns the process of the given kind and name, or nil.
+func (st *State) Process(kind, name string) *controlplane.Process {
+	for i := range st.Processes {
+		if st.Processes[i].Kind == kind && st.Processes[i].Name == name {
+			return &st.Processes[i]
+		}
+	}
+	return nil
+}
+
+// Running reports whether any process of the lab is alive.
+func (st *State) Running() bool {
+	for _, p := range st.Processes {
+		if controlplane.Alive(p.PID) {
+			return true
+		}
+	}
+	return false
+}

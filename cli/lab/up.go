@@ -1,0 +1,498 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	v1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/manifests"
+	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/release"
+	"liken.sh/liken/node/slots"
+)
+
+type upOptions struct {
+	name      string
+	machines  int
+	leaders   int
+	policy    string
+	operators int
+	timeout   time.Duration
+}
+
+func newUpCommand() *cobra.Command {
+	o := upOptions{}
+	cmd := &cobra.Command{
+		Use:   "up [--name N] [--machines M] [--leaders L] [--reboot-policy Auto|Manual] [--operators K]",
+		Short: "Start a lab fleet and wait until its Cluster is Ready",
+		Long: `Start a lab fleet in the background: a real control plane, a release
+channel with a first release, the liken manifests, a Cluster and its
+Machines, cluster-operator copies, and one simulated machine per Machine
+installed on slot A from its deployment layer. It returns once the Cluster
+reads Ready on the first release, and prints the line that points kubectl
+at the lab.
+
+The control plane binaries are built first if they are missing (make build,
+about 20 minutes the first time on 2 cores).`,
+		Example: `  # The default lab: 5 machines, 3 leaders, Manual reboots, 2 operators
+  liken lab up
+
+  # A second lab of 10 Auto machines next to the first
+  liken lab up --name big --machines 10 --reboot-policy Auto`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return up(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	nameFlag(cmd, &o.name)
+	fl := cmd.Flags()
+	fl.IntVar(&o.machines, "machines", 5, "Number of machines.")
+	fl.IntVar(&o.leaders, "leaders", 3, "How many of the machines are leaders.")
+	fl.StringVar(&o.policy, "reboot-policy", "Manual", "Reboot policy of every machine: Auto or Manual.")
+	fl.IntVar(&o.operators, "operators", 2, "Number of cluster-operator copies (one leads).")
+	fl.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for the Cluster to read Ready.")
+	return cmd
+}
+
+func (o upOptions) validate() error {
+	switch {
+	case o.machines < 1 || o.machines > 200:
+		return fmt.Errorf("--machines %d: choose 1 to 200", o.machines)
+	case o.leaders < 1 || o.leaders > o.machines:
+		return fmt.Errorf("--leaders %d: choose 1 to --machines (%d)", o.leaders, o.machines)
+	case o.policy != string(v1.RebootAuto) && o.policy != string(v1.RebootManual):
+		return fmt.Errorf("--reboot-policy %q: choose Auto or Manual", o.policy)
+	case o.operators < 1 || o.operators > 5:
+		return fmt.Errorf("--operators %d: choose 1 to 5", o.operators)
+	}
+	return nil
+}
+
+// binaries are the programs a lab runs.
+type binaries struct {
+	liken, likenNode, operator, kube string
+}
+
+// findBinaries looks for the lab's programs next to the running liken (or
+// in $LIKEN_BIN), and builds them with make when they are missing and the
+// liken source tree is at hand.
+func findBinaries(log io.Writer) (binaries, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return binaries{}, err
+	}
+	dir := filepath.Dir(self)
+	if d := os.Getenv("LIKEN_BIN"); d != "" {
+		dir = d
+	}
+	b := binaries{
+		liken:     self,
+		likenNode: filepath.Join(dir, "liken-node"),
+		operator:  filepath.Join(dir, "cluster-operator"),
+		kube:      filepath.Join(dir, "kube"),
+	}
+	missing := func() []string {
+		var m []string
+		for _, p := range []string{b.likenNode, b.operator, b.kube} {
+			if _, err := os.Stat(p); err != nil {
+				m = append(m, p)
+			}
+		}
+		return m
+	}
+	if len(missing()) == 0 {
+		return b, nil
+	}
+	src := sourceTree()
+	if src == "" {
+		return b, fmt.Errorf("missing %s: build them with make build in the liken source tree, or set LIKEN_BIN to the folder that holds them", strings.Join(missing(), ", "))
+	}
+	fmt.Fprintf(log, "Building what is missing (%s) with make build in %s...\n", strings.Join(missing(), ", "), src)
+	cmd := exec.Command("make", "-C", src, "build")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return b, fmt.Errorf("make build: %w", err)
+	}
+	b.likenNode = filepath.Join(src, "_output", "bin", "liken-node")
+	b.operator = filepath.Join(src, "_output", "bin", "cluster-operator")
+	b.kube = filepath.Join(src, "_output", "bin", "kube")
+	if m := missing(); len(m) > 0 {
+		return b, fmt.Errorf("make build did not produce %s", strings.Join(m, ", "))
+	}
+	return b, nil
+}
+
+// sourceTree is the liken source tree holding the working directory, if any.
+func sourceTree() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module liken.sh/liken\n") {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
+}
+
+func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	dir, err := Dir(o.name)
+	if err != nil {
+		return err
+	}
+	if old, err := Load(o.name); err == nil {
+		if old.Running() {
+			return fmt.Errorf("lab %s is already running (see liken lab status --name %s); stop it first with liken lab down --name %s", o.name, o.name, o.name)
+		}
+		stopAll(old)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	bins, err := findBinaries(log)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	step := func(format string, args ...any) {
+		fmt.Fprintf(log, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+
+	names := machineNames(o.machines)
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Dir: filepath.Join(dir, "controlplane"), Binary: bins.kube, Machines: names, Detach: true,
+	})
+	if err != nil {
+		return err
+	}
+	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, ChannelDir: filepath.Join(dir, "channel")}
+	st.Processes = append(st.Processes, derefAll(cp.Processes)...)
+	defer func() {
+		if err != nil {
+			stopAll(st)
+			err = fmt.Errorf("%w\nThe lab's logs are in %s; liken lab down --name %s removes them", err, dir, o.name)
+		} else {
+			err = st.Save()
+		}
+	}()
+	if err := st.Save(); err != nil {
+		return err
+	}
+	step("control plane up at %s", cp.Server)
+
+	if err := installManifests(ctx, cp, dir); err != nil {
+		return err
+	}
+	step("liken manifests installed")
+
+	if err := os.MkdirAll(st.ChannelDir, 0o755); err != nil {
+		return err
+	}
+	portFile := filepath.Join(dir, "channel.port")
+	ch, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-channel", "--dir", st.ChannelDir, "--port-file", portFile},
+		filepath.Join(dir, "channel.log"), true)
+	if err != nil {
+		return err
+	}
+	ch.Kind, ch.Name = KindChannel, "channel"
+	st.Processes = append(st.Processes, *ch)
+	port, err := waitPort(ctx, portFile, ch.PID)
+	if err != nil {
+		return err
+	}
+	st.Channel = fmt.Sprintf("http://127.0.0.1:%d", port)
+	version, digest, err := publish(st, FaultNone)
+	if err != nil {
+		return err
+	}
+	step("release channel at %s with release %s", st.Channel, version)
+
+	// The fleet's documents, packed into each machine's deployment layer and
+	// applied to the cluster.
+	docs := fleetDocuments(o, cp.Server, st.Channel, version, digest)
+	docsFile := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(docsFile, []byte(docs), 0o644); err != nil {
+		return err
+	}
+	idDir := filepath.Join(dir, "identity")
+	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: o.name})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(idDir, 0o700); err != nil {
+		return err
+	}
+	if err := layer.WriteIdentity(idDir, id); err != nil {
+		return err
+	}
+	l, err := layer.Assemble(layer.PackOptions{Files: []string{docsFile}, IdentityDir: idDir})
+	if err != nil {
+		return fmt.Errorf("packing the lab's deployment layer: %w", err)
+	}
+	layerFile := filepath.Join(dir, "layer.tgz")
+	if err := l.WriteFile(layerFile, true); err != nil {
+		return err
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "-f", docsFile); err != nil {
+		return err
+	}
+	step("Cluster %s and %d Machines created; deployment layer packed", o.name, o.machines)
+
+	for i, n := range names {
+		role := "worker"
+		if i < o.leaders {
+			role = "control-plane"
+		}
+		if err := cp.AddNode(ctx, n, map[string]string{"node-role.kubernetes.io/" + role: "", controlplane.PowerLabel: "off"}); err != nil {
+			return err
+		}
+		m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Kubeconfig: cp.MachineKubeconfig(n), Dir: filepath.Join(dir, "machines", n)}
+		if err := installMachine(ctx, m, st.ChannelDir, version, digest, layerFile); err != nil {
+			return fmt.Errorf("installing machine %s: %w", n, err)
+		}
+		st.Machines = append(st.Machines, m)
+	}
+	step("%d machines installed on slot A", o.machines)
+
+	for i := 1; i <= o.operators; i++ {
+		n := fmt.Sprintf("cluster-operator-%d", i)
+		p, err := controlplane.StartProcess(bins.operator, []string{
+			"--kubeconfig", cp.OperatorKubeconfig, "--identity", o.name + "-" + n, "--metrics-bind-address", "127.0.0.1:0",
+		}, filepath.Join(dir, n+".log"), true)
+		if err != nil {
+			return err
+		}
+		p.Kind, p.Name = KindOperator, n
+		st.Processes = append(st.Processes, *p)
+	}
+	for i := range st.Machines {
+		p, err := startMachineWith(st, &st.Machines[i], bins)
+		if err != nil {
+			return err
+		}
+		st.Processes = append(st.Processes, *p)
+	}
+	if err := st.Save(); err != nil {
+		return err
+	}
+	step("%d cluster-operator copies and %d machines started", o.operators, o.machines)
+
+	if err := waitClusterReady(ctx, st, o.timeout); err != nil {
+		return err
+	}
+	step("Cluster %s is Ready on %s", o.name, version)
+	fmt.Fprintf(log, "\nLab %s is up. Next:\n  kubectl get clusters -o wide\n  kubectl get machines -o wide\n  liken lab publish --name %s\n  liken lab down --name %s\n\n", o.name, o.name, o.name)
+	fmt.Fprintf(out, "export KUBECONFIG=%s\n", st.Kubeconfig)
+	return nil
+}
+
+func roleOf(i, leaders int) string {
+	if i < leaders {
+		return string(v1.RoleLeader)
+	}
+	return string(v1.RoleWorker)
+}
+
+func derefAll(ps []*controlplane.Process) []controlplane.Process {
+	var out []controlplane.Process
+	for _, p := range ps {
+		out = append(out, *p)
+	}
+	return out
+}
+
+// installManifests applies liken's manifests (embedded in liken) and waits
+// for the CRDs.
+func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir string) error {
+	mdir := filepath.Join(dir, "manifests")
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return err
+	}
+	files, err := fs.Glob(manifests.FS, "*.yaml")
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := manifests.FS.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(mdir, f), b, 0o644); err != nil {
+			return err
+		}
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", mdir); err != nil {
+		return err
+	}
+	_, err = cp.Kubectl(ctx, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh")
+	return err
+}
+
+// fleetDocuments is the lab's Cluster and Machines. Timeouts are short so
+// that the lab's failures show within a minute or two.
+func fleetDocuments(o upOptions, endpoint, channel, version, digest string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: liken.sh/v1alpha1
+kind: Cluster
+metadata:
+  name: %s
+spec:
+  version: %q
+  releases:
+    source: %s
+    pollInterval: 30s
+    catalog:
+    - version: %q
+      digest: %s
+  network:
+    endpoint: %s
+    podCIDR: 10.244.0.0/16
+    serviceCIDR: 10.96.0.0/16
+    clusterDNS: 10.96.0.10
+  disruption:
+    maxUnavailable: 1
+    drainTimeout: 1m
+    trialTimeout: 45s
+    stallTimeout: 5m
+`, o.name, version, channel, version, digest, endpoint)
+	for i, n := range machineNames(o.machines) {
+		fmt.Fprintf(&b, `---
+apiVersion: liken.sh/v1alpha1
+kind: Machine
+metadata:
+  name: %s
+spec:
+  cluster: %s
+  role: %s
+  rebootPolicy: %s
+  ports:
+  - name: eth0
+    dhcp: true
+`, n, o.name, roleOf(i, o.leaders), o.policy)
+	}
+	return b.String()
+}
+
+// installMachine does what liken's installer does on a new machine: slot A
+// gets the first release, the boot state proves slot A, and the deployment
+// layer is written next to it.
+func installMachine(ctx context.Context, m MachineInfo, channelDir, version, digest, layerFile string) error {
+	disk := filepath.Join(m.Dir, machineDiskDir)
+	bootDir := filepath.Join(m.Dir, machineBootDir)
+	for _, d := range []string{disk, bootDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := slots.Install(ctx, disk, string(boot.SlotA), filepath.Join(channelDir, version), release.Target{Version: version, Digest: digest}); err != nil {
+		return err
+	}
+	env, err := boot.Encode(boot.State{Proven: boot.SlotA}, nil)
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{"grubenv.bak", "grubenv"} {
+		if err := os.WriteFile(filepath.Join(bootDir, f), env, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bootDir, "grub.cfg"), boot.GrubConfig(), 0o644); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(layerFile)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(m.Dir, machineLayer), b, 0o600)
+}
+
+// startMachine powers a machine on: its firmware process, in a session of
+// its own so that a power cut kills it and its node daemon together.
+func startMachine(st *State, m *MachineInfo) (*controlplane.Process, error) {
+	bins, err := findBinaries(io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	return startMachineWith(st, m, bins)
+}
+
+func startMachineWith(st *State, m *MachineInfo, bins binaries) (*controlplane.Process, error) {
+	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "machine",
+		"--name", m.Name, "--dir", m.Dir, "--lab-dir", st.Dir,
+		"--admin-kubeconfig", st.Kubeconfig, "--node-kubeconfig", m.Kubeconfig,
+		"--liken-node", bins.likenNode,
+	}, filepath.Join(m.Dir, machineLog), true)
+	if err != nil {
+		return nil, err
+	}
+	p.Kind, p.Name = KindMachine, m.Name
+	return p, nil
+}
+
+func adminClient(st *State) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// waitClusterReady waits until the lab's Cluster reads Ready with every
+// machine on its version.
+func waitClusterReady(ctx context.Context, st *State, timeout time.Duration) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	want := fmt.Sprintf("%d/%d", len(st.Machines), len(st.Machines))
+	deadline := time.Now().Add(timeout)
+	last := "not created"
+	for time.Now().Before(deadline) {
+		c, err := cs.LikenV1alpha1().Clusters().Get(ctx, st.Name, metav1.GetOptions{})
+		if err == nil {
+			if c.Status.Phase == v1.ClusterReady && c.Status.Machines == want {
+				return nil
+			}
+			last = fmt.Sprintf("phase %q, machines %q", c.Status.Phase, c.Status.Machines)
+		}
+		for _, p := range st.Processes {
+			if p.PID > 0 && !controlplane.Alive(p.PID) {
+				return fmt.Errorf("%s %s (pid %d) exited; see %s", p.Kind, p.Name, p.PID, p.Log)
+			}
+		}
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("Cluster %s did not read Ready with %s machines within %s (last seen: %s); see the machines' logs in %s", st.Name, want, timeout, last, filepath.Join(st.Dir, "machines"))
+}
