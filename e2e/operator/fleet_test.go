@@ -1,0 +1,703 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/generated/clientset/versioned"
+)
+
+const (
+	clusterName = "lab"
+	version1    = "2026.11.01-001"
+	version2    = "2026.11.20-001"
+)
+
+var digest1, digest2 = "sha256:" + strings.Repeat("1", 64), "sha256:" + strings.Repeat("2", 64)
+
+// fleetSpec describes the simulated fleet of a test.
+type fleetSpec struct {
+	leaders, workers int
+	maxUnavailable   string
+	// rebootFor is how long a simulated reboot keeps a machine down.
+	rebootFor time.Duration
+	// renewEvery is the heartbeat period of every machine.
+	renewEvery time.Duration
+}
+
+// env is a real control plane with liken's manifests, one Cluster, its
+// Machines simulated from the test (status and heartbeat written as the
+// machines' own identities), and cluster-operator processes.
+type env struct {
+	t        *testing.T
+	ctx      context.Context
+	cp       *controlplane.ControlPlane
+	liken    versioned.Interface
+	kube     kubernetes.Interface
+	machines map[string]*simMachine
+	names    []string
+	spec     fleetSpec
+	channel  *httptest.Server
+}
+
+func setup(t *testing.T, spec fleetSpec) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	e := &env{t: t, ctx: ctx, machines: map[string]*simMachine{}, spec: spec}
+	for i := range spec.leaders + spec.workers {
+		e.names = append(e.names, fmt.Sprintf("node-%d", i+1))
+	}
+	e.cp = controlplane.StartForTest(t, controlplane.Options{Machines: e.names})
+	manifests := filepath.Join(repoRoot(t), "manifests")
+	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
+		out, err := e.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(manifests, f))
+		assert.NilError(t, err, out)
+	}
+	out, err := e.cp.Kubectl(ctx, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh")
+	assert.NilError(t, err, out)
+	e.liken, err = versioned.NewForConfig(e.cp.AdminConfig())
+	assert.NilError(t, err)
+	e.kube, err = kubernetes.NewForConfig(e.cp.AdminConfig())
+	assert.NilError(t, err)
+
+	e.channel = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/liken/index.yaml" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "apiVersion: liken.sh/v1alpha1\nkind: ReleaseIndex\nreleases:\n"+
+			"- {version: %q, digest: %q, published: 2026-11-01T10:00:00Z}\n"+
+			"- {version: %q, digest: %q, published: 2026-11-20T10:00:00Z}\n", version1, digest1, version2, digest2)
+	}))
+	t.Cleanup(e.channel.Close)
+
+	mu := intstr.Parse(spec.maxUnavailable)
+	_, err = e.liken.LikenV1alpha1().Clusters().Create(ctx, &likenv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterName},
+		Spec: likenv1.ClusterSpec{
+			Version: version1,
+			Releases: likenv1.ReleasesSpec{
+				Source:  e.channel.URL + "/liken",
+				Catalog: []likenv1.CatalogEntry{{Version: version1, Digest: digest1}, {Version: version2, Digest: digest2}},
+			},
+			Network:    likenv1.NetworkSpec{Endpoint: e.cp.Server},
+			Disruption: likenv1.DisruptionSpec{MaxUnavailable: &mu},
+		},
+	}, metav1.CreateOptions{})
+	assert.NilError(t, err)
+
+	for i, name := range e.names {
+		role := likenv1.RoleWorker
+		if i < spec.leaders {
+			role = likenv1.RoleLeader
+		}
+		assert.NilError(t, e.cp.AddNode(ctx, name, nil))
+		_, err := e.liken.LikenV1alpha1().Machines().Create(ctx, &likenv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       likenv1.MachineSpec{Cluster: clusterName, Role: role, RebootPolicy: likenv1.RebootAuto},
+		}, metav1.CreateOptions{})
+		assert.NilError(t, err)
+		m := &simMachine{e: e, name: name, leader: role == likenv1.RoleLeader, boot: 1, version: version1}
+		cfg := e.cp.Config("system:node:" + name)
+		m.liken, err = versioned.NewForConfig(cfg)
+		assert.NilError(t, err)
+		m.kube, err = kubernetes.NewForConfig(cfg)
+		assert.NilError(t, err)
+		m.alive.Store(true)
+		e.machines[name] = m
+		go m.run(ctx)
+	}
+	return e
+}
+
+// repoRoot is the liken source tree that holds this test.
+func repoRoot(t *testing.T) string {
+	wd, err := os.Getwd()
+	assert.NilError(t, err)
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// binary is the cluster-operator binary under test: $LIKEN_BIN, or
+// _output/bin of the source tree.
+func binary(t *testing.T) string {
+	dir := os.Getenv("LIKEN_BIN")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(t), "_output", "bin")
+	}
+	p := filepath.Join(dir, "cluster-operator")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("cluster-operator binary not found at %s: run `make build` or set LIKEN_BIN (%v)", p, err)
+	}
+	return p
+}
+
+func (e *env) cluster() *likenv1.Cluster {
+	e.t.Helper()
+	c, err := e.liken.LikenV1alpha1().Clusters().Get(e.ctx, clusterName, metav1.GetOptions{})
+	assert.NilError(e.t, err)
+	return c
+}
+
+func (e *env) machine(name string) *likenv1.Machine {
+	e.t.Helper()
+	m, err := e.liken.LikenV1alpha1().Machines().Get(e.ctx, name, metav1.GetOptions{})
+	assert.NilError(e.t, err)
+	return m
+}
+
+// setVersion points spec.version at v.
+func (e *env) setVersion(v string) {
+	e.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"version":%q}}`, v)
+	_, err := e.liken.LikenV1alpha1().Clusters().Patch(e.ctx, clusterName, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+	assert.NilError(e.t, err)
+}
+
+// holder is the identity holding the operator Lease.
+func (e *env) holder() string {
+	l, err := e.kube.CoordinationV1().Leases(likenv1.SystemNamespace).Get(e.ctx, likenv1.OperatorLeaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+func (e *env) waitFor(what string, timeout time.Duration, cond func() bool) {
+	e.t.Helper()
+	poll.WaitOn(e.t, func(poll.LogT) poll.Result {
+		if cond() {
+			return poll.Success()
+		}
+		return poll.Continue("waiting for %s", what)
+	}, poll.WithTimeout(timeout), poll.WithDelay(200*time.Millisecond))
+}
+
+// waitRolledOut waits until every machine runs v and the Cluster reads
+// Ready with an empty ledger.
+func (e *env) waitRolledOut(v string, timeout time.Duration) {
+	e.t.Helper()
+	e.waitFor("the rollout to "+v, timeout, func() bool {
+		c := e.cluster()
+		return c.Status.Phase == likenv1.ClusterReady && c.Status.Machines == fmt.Sprintf("%d/%d", len(e.names), len(e.names)) &&
+			len(c.Status.RebootTurns) == 0 && c.Spec.Version == v
+	})
+}
+
+func progressing(c *likenv1.Cluster) metav1.Condition {
+	if p := meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing); p != nil {
+		return *p
+	}
+	return metav1.Condition{}
+}
+
+// simMachine plays one machine: it renews its heartbeat Lease, stages the
+// cluster's version, takes its turn when the ledger lists it (power off
+// its Node, come back on the new release from a new boot), and writes its
+// own status, all as system:node:<name>.
+type simMachine struct {
+	e      *env
+	name   string
+	leader bool
+	liken  versioned.Interface
+	kube   kubernetes.Interface
+	// alive false: the machine is hung (no heartbeat, no status), its
+	// Node untouched.
+	alive atomic.Bool
+
+	mu      sync.Mutex
+	boot    int
+	version string
+	reboot  string // a requested reboot's change id
+}
+
+func (m *simMachine) bootID() string { return fmt.Sprintf("%s-boot-%d", m.name, m.boot) }
+
+// requestReboot stages a reboot that is not a release change.
+func (m *simMachine) requestReboot() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reboot = fmt.Sprintf("reboot-%s", m.bootID())
+}
+
+func (m *simMachine) run(ctx context.Context) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var renewed time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !m.alive.Load() {
+			continue
+		}
+		if time.Since(renewed) >= m.e.spec.renewEvery {
+			if m.renew(ctx) == nil {
+				renewed = time.Now()
+			}
+		}
+		m.step(ctx)
+	}
+}
+
+func (m *simMachine) renew(ctx context.Context) error {
+	leases := m.kube.CoordinationV1().Leases(likenv1.SystemNamespace)
+	now := metav1.NewMicroTime(time.Now())
+	l, err := leases.Get(ctx, m.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: likenv1.SystemNamespace},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	return err
+}
+
+// step moves the machine one step towards what its Cluster wants.
+func (m *simMachine) step(ctx context.Context) {
+	cur, err := m.liken.LikenV1alpha1().Machines().Get(ctx, m.name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	cl, err := m.liken.LikenV1alpha1().Clusters().Get(ctx, clusterName, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	want := likenv1.MachineStatus{Phase: likenv1.MachineReady, Version: m.version, Observed: likenv1.ObservedState{BootID: m.bootID()}}
+	reason := likenv1.TurnReboot
+	switch {
+	case m.version != cl.Spec.Version:
+		want.Phase, want.Staged = likenv1.MachineUpdatePending, cl.Spec.Version
+		want.Change = fmt.Sprintf("release-%s-%s", cl.Spec.Version, m.bootID())
+		want.Pending = []likenv1.PendingChange{{Field: "cluster.spec.version", Class: likenv1.ClassReboot, Since: metav1.NewTime(time.Unix(1700000000, 0))}}
+		reason = likenv1.TurnRelease
+	case m.reboot != "":
+		want.Phase, want.Change = likenv1.MachineRebootPending, m.reboot
+	}
+	m.mu.Unlock()
+
+	if t := findTurn(cl.Status.RebootTurns, m.name); want.Change != "" && t != nil && t.Change == want.Change {
+		m.takeTurn(ctx, cur, want, reason, cl.Spec.Version)
+		return
+	}
+	if cur.Status.Phase != want.Phase || cur.Status.Change != want.Change || cur.Status.Version != want.Version ||
+		cur.Status.Observed.BootID != want.Observed.BootID {
+		cur.Status = want
+		_, _ = m.liken.LikenV1alpha1().Machines().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	}
+}
+
+// takeTurn reports Updating (or Rebooting), powers the Node off for
+// rebootFor, and comes back from a new boot on the target.
+func (m *simMachine) takeTurn(ctx context.Context, cur *likenv1.Machine, want likenv1.MachineStatus, reason likenv1.TurnReason, target string) {
+	want.Phase = likenv1.MachineRebooting
+	if reason == likenv1.TurnRelease {
+		want.Phase = likenv1.MachineUpdating
+	}
+	cur.Status = want
+	if _, err := m.liken.LikenV1alpha1().Machines().UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return
+	}
+	_ = m.e.cp.SetPower(ctx, m.name, false)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(m.e.spec.rebootFor):
+	}
+	m.mu.Lock()
+	m.boot++
+	if reason == likenv1.TurnRelease {
+		m.version = target
+	}
+	m.reboot = ""
+	m.mu.Unlock()
+	_ = m.e.cp.SetPower(ctx, m.name, true)
+	_ = m.renew(ctx)
+	// The next step reports Ready from the new boot.
+}
+
+func findTurn(turns []likenv1.RebootTurn, name string) *likenv1.RebootTurn {
+	for i := range turns {
+		if turns[i].Machine == name {
+			return &turns[i]
+		}
+	}
+	return nil
+}
+
+// operatorProc is one cluster-operator process.
+type operatorProc struct {
+	id      string
+	cmd     *exec.Cmd
+	log     string
+	metrics string
+	started time.Time
+	done    chan struct{}
+	code    int
+}
+
+// startOperator runs the binary as liken:cluster-operator with the given
+// extra flags.
+func (e *env) startOperator(id string, flags ...string) *operatorProc {
+	e.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(e.t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	logPath := filepath.Join(e.cp.Dir, "logs", fmt.Sprintf("operator-%s-%d.log", id, time.Now().UnixNano()))
+	logFile, err := os.Create(logPath)
+	assert.NilError(e.t, err)
+	defer logFile.Close()
+	args := append([]string{"--kubeconfig", e.cp.OperatorKubeconfig, "--identity", id, "--metrics-bind-address", addr, "-v", "2"}, flags...)
+	cmd := exec.Command(binary(e.t), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	assert.NilError(e.t, cmd.Start())
+	p := &operatorProc{id: id, cmd: cmd, log: logPath, metrics: addr, started: time.Now(), done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.code = 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			p.code = exit.ExitCode()
+		}
+		close(p.done)
+	}()
+	e.t.Cleanup(func() {
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if e.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 20000 {
+				b = b[len(b)-20000:]
+			}
+			e.t.Logf("===== cluster-operator %s (%s) =====\n%s", id, logPath, b)
+		}
+	})
+	e.t.Logf("started cluster-operator %s (pid %d) %s", id, cmd.Process.Pid, strings.Join(flags, " "))
+	return p
+}
+
+func (p *operatorProc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	assert.NilError(t, syscall.Kill(p.cmd.Process.Pid, sig))
+}
+
+func (p *operatorProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *operatorProc) logText(t *testing.T) string {
+	b, err := os.ReadFile(p.log)
+	assert.NilError(t, err)
+	return string(b)
+}
+
+// ledgerRecorder watches every version of the Cluster, the Machines and
+// the Nodes (etcd revisions order them all), to check the budget
+// afterwards against what was actually written.
+type ledgerRecorder struct {
+	mu       sync.Mutex
+	clusters []clusterVersion
+	// unavailable history per machine: Lost phase and NotReady node.
+	lost, notReady map[string][]flag
+	gaps           []string
+}
+
+type clusterVersion struct {
+	rv    int64
+	at    time.Time
+	obj   *likenv1.Cluster
+	total int
+}
+
+type flag struct {
+	rv int64
+	on bool
+}
+
+func (e *env) record() *ledgerRecorder {
+	r := &ledgerRecorder{lost: map[string][]flag{}, notReady: map[string][]flag{}}
+	clusters := e.liken.LikenV1alpha1().Clusters()
+	machines := e.liken.LikenV1alpha1().Machines()
+	nodes := e.kube.CoreV1().Nodes()
+	watchAll := func(name string, list func(metav1.ListOptions) (string, []any, error), w func(metav1.ListOptions) (watch.Interface, error), seen func(rv int64, obj any)) {
+		ready := make(chan struct{})
+		go func() {
+			rv, items, err := list(metav1.ListOptions{})
+			if err != nil {
+				r.gap(name + " list: " + err.Error())
+				close(ready)
+				return
+			}
+			for _, o := range items {
+				seen(rvOf(o), o)
+			}
+			close(ready)
+			for e.ctx.Err() == nil {
+				wi, err := w(metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+				if err != nil {
+					if e.ctx.Err() == nil {
+						r.gap(name + " watch: " + err.Error())
+					}
+					return
+				}
+				for ev := range wi.ResultChan() {
+					if ev.Type == watch.Error {
+						r.gap(fmt.Sprintf("%s watch error: %v", name, apierrors.FromObject(ev.Object)))
+						wi.Stop()
+						return
+					}
+					acc, err := meta.Accessor(ev.Object)
+					if err != nil {
+						continue
+					}
+					rv = acc.GetResourceVersion()
+					if ev.Type != watch.Bookmark {
+						seen(rvOf(ev.Object), ev.Object)
+					}
+				}
+			}
+		}()
+		<-ready
+	}
+	total := len(e.names)
+	watchAll("clusters", func(o metav1.ListOptions) (string, []any, error) {
+		l, err := clusters.List(e.ctx, o)
+		if err != nil {
+			return "", nil, err
+		}
+		var items []any
+		for i := range l.Items {
+			items = append(items, &l.Items[i])
+		}
+		return l.ResourceVersion, items, nil
+	}, func(o metav1.ListOptions) (watch.Interface, error) { return clusters.Watch(e.ctx, o) }, func(rv int64, obj any) {
+		c := obj.(*likenv1.Cluster)
+		r.mu.Lock()
+		r.clusters = append(r.clusters, clusterVersion{rv: rv, at: time.Now(), obj: c.DeepCopy(), total: total})
+		r.mu.Unlock()
+	})
+	watchAll("machines", func(o metav1.ListOptions) (string, []any, error) {
+		l, err := machines.List(e.ctx, o)
+		if err != nil {
+			return "", nil, err
+		}
+		var items []any
+		for i := range l.Items {
+			items = append(items, &l.Items[i])
+		}
+		return l.ResourceVersion, items, nil
+	}, func(o metav1.ListOptions) (watch.Interface, error) { return machines.Watch(e.ctx, o) }, func(rv int64, obj any) {
+		m := obj.(*likenv1.Machine)
+		r.set(r.lost, m.Name, rv, m.Status.Phase == likenv1.MachineLost)
+	})
+	watchAll("nodes", func(o metav1.ListOptions) (string, []any, error) {
+		l, err := nodes.List(e.ctx, o)
+		if err != nil {
+			return "", nil, err
+		}
+		var items []any
+		for i := range l.Items {
+			items = append(items, &l.Items[i])
+		}
+		return l.ResourceVersion, items, nil
+	}, func(o metav1.ListOptions) (watch.Interface, error) { return nodes.Watch(e.ctx, o) }, func(rv int64, obj any) {
+		n := obj.(*corev1.Node)
+		ready := false
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		r.set(r.notReady, n.Name, rv, !ready)
+	})
+	return r
+}
+
+func rvOf(obj any) int64 {
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(acc.GetResourceVersion(), 10, 64)
+	return n
+}
+
+func (r *ledgerRecorder) gap(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gaps = append(r.gaps, s)
+}
+
+func (r *ledgerRecorder) set(m map[string][]flag, name string, rv int64, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m[name] = append(m[name], flag{rv: rv, on: on})
+}
+
+// at is the value of a flag history at revision rv.
+func at(h []flag, rv int64) bool {
+	on := false
+	for _, f := range h {
+		if f.rv <= rv {
+			on = f.on
+		}
+	}
+	return on
+}
+
+// grant is one turn as recorded.
+type grant struct {
+	machine string
+	leader  bool
+	at      time.Time
+	rv      int64
+}
+
+// grants lists every distinct turn recorded, in order.
+func (r *ledgerRecorder) grants() []grant {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	var out []grant
+	for _, v := range r.clusters {
+		for _, t := range v.obj.Status.RebootTurns {
+			k := t.Machine + "@" + t.GrantedAt.UTC().Format(time.RFC3339)
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, grant{machine: t.Machine, leader: t.Leader, at: t.GrantedAt.Time, rv: v.rv})
+			}
+		}
+	}
+	return out
+}
+
+// check proves the contract over every recorded version of the Cluster:
+// the ledger never exceeded maxUnavailable and never held two leaders;
+// at every version that added a turn, turns plus machines Lost or NotReady
+// without a turn stayed within maxUnavailable, and no leader got a turn
+// while another leader was down. It returns the number of versions.
+func (r *ledgerRecorder) check(t *testing.T) int {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	assert.Assert(t, len(r.gaps) == 0, "the recording has gaps: %v", r.gaps)
+	var problems []string
+	prev := map[string]bool{}
+	for _, v := range r.clusters {
+		c := v.obj
+		max, err := c.Spec.Disruption.MaxUnavailableFor(v.total)
+		assert.NilError(t, err)
+		turns := c.Status.RebootTurns
+		inLedger := map[string]bool{}
+		leaders := 0
+		for _, tr := range turns {
+			inLedger[tr.Machine] = true
+			if tr.Leader {
+				leaders++
+			}
+		}
+		if len(turns) > max {
+			problems = append(problems, fmt.Sprintf("rv %d: %d turns (%s) over maxUnavailable %d", v.rv, len(turns), c.Status.Turns, max))
+		}
+		if leaders > 1 {
+			problems = append(problems, fmt.Sprintf("rv %d: %d leaders hold turns (%s)", v.rv, leaders, c.Status.Turns))
+		}
+		for _, tr := range turns {
+			if prev[tr.Machine] {
+				continue
+			}
+			// A new grant: check the whole budget at this revision.
+			down := 0
+			var downNames []string
+			leaderDown := false
+			for name, h := range r.lost {
+				if !inLedger[name] && (at(h, v.rv) || at(r.notReady[name], v.rv)) {
+					down++
+					downNames = append(downNames, name)
+				}
+			}
+			for _, other := range turns {
+				if other.Machine != tr.Machine && other.Leader {
+					leaderDown = true
+				}
+			}
+			for _, l := range c.Status.Leaders {
+				if l != tr.Machine && (at(r.lost[l], v.rv) || at(r.notReady[l], v.rv)) {
+					leaderDown = true
+				}
+			}
+			if len(turns)+down > max {
+				problems = append(problems, fmt.Sprintf("rv %d: granting %s made %d turns (%s) + %d down without a turn (%v) over maxUnavailable %d",
+					v.rv, tr.Machine, len(turns), c.Status.Turns, down, downNames, max))
+			}
+			if tr.Leader && leaderDown {
+				problems = append(problems, fmt.Sprintf("rv %d: leader %s got a turn while another leader held one or was down (%s)", v.rv, tr.Machine, c.Status.Turns))
+			}
+		}
+		prev = inLedger
+	}
+	assert.Assert(t, len(problems) == 0, "the contract was broken:\n%s", strings.Join(problems, "\n"))
+	return len(r.clusters)
+}
+
+// fetch GETs a path of an operator's metrics server.
+func fetch(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	assert.NilError(t, err)
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}

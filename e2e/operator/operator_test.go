@@ -1,0 +1,217 @@
+// Package operator tests cluster-operator as real processes against a
+// real control plane, with machines simulated from the test as their own
+// identities: failover under SIGSTOP, restart mid-rollout with the real
+// 40 s startup grace, and heartbeat loss.
+package operator
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+)
+
+// A leader stopped with SIGSTOP mid-rollout: the other copy takes over,
+// the first wakes up with a stale view, tries to act, is refused and
+// exits. Every version of the Cluster stays within the budget.
+func TestFailoverUnderSIGSTOP(t *testing.T) {
+	e := setup(t, fleetSpec{leaders: 3, workers: 2, maxUnavailable: "2", rebootFor: 4 * time.Second, renewEvery: 2 * time.Second})
+	rec := e.record()
+	flags := []string{"--startup-grace=3s", "--machine-lost-after=20s"}
+	a := e.startOperator("op-a", flags...)
+	e.waitFor("op-a to lead", time.Minute, func() bool { return e.holder() == "op-a" })
+	b := e.startOperator("op-b", flags...)
+	e.waitFor("the Cluster to read Ready 5/5", time.Minute, func() bool {
+		c := e.cluster()
+		return c.Status.Phase == likenv1.ClusterReady && c.Status.Machines == "5/5"
+	})
+
+	e.setVersion(version2)
+	e.waitFor("a first turn", time.Minute, func() bool { return len(e.cluster().Status.RebootTurns) > 0 })
+	a.signal(t, syscall.SIGSTOP)
+	stoppedAt := time.Now()
+	t.Logf("SIGSTOP op-a with turns %q", e.cluster().Status.Turns)
+
+	e.waitFor("op-b to take the lease", time.Minute, func() bool { return e.holder() == "op-b" })
+	tookOver := time.Since(stoppedAt)
+	e.waitFor("op-b to grant a turn", 2*time.Minute, func() bool {
+		for _, g := range rec.grants() {
+			if g.at.After(stoppedAt.Add(tookOver - time.Second)) {
+				return true
+			}
+		}
+		return false
+	})
+	logBefore := len(a.logText(t))
+	a.signal(t, syscall.SIGCONT)
+	resumedAt := time.Now()
+	e.waitFor("op-a to exit", time.Minute, a.exited)
+	assert.Equal(t, a.code, 3, "a copy that lost the lease exits with code 3")
+	after := a.logText(t)[logBefore:]
+	assert.Assert(t, is.Contains(after, "lost the lease"))
+	assert.Assert(t, !strings.Contains(after, "Granted a turn"), "the stale copy granted a turn after SIGCONT:\n%s", after)
+	refused := strings.Contains(after, "not granting turns") || strings.Contains(after, "not writing machine") || strings.Contains(after, "Conflict") ||
+		strings.Contains(after, "has been modified")
+	t.Logf("op-b took over %s after SIGSTOP; op-a exited %s after SIGCONT; op-a attempted a write that was refused: %v",
+		tookOver.Round(100*time.Millisecond), time.Since(resumedAt).Round(100*time.Millisecond), refused)
+
+	e.waitRolledOut(version2, 3*time.Minute)
+	assert.Assert(t, !b.exited())
+	n := rec.check(t)
+	grants := rec.grants()
+	var order []string
+	for _, g := range grants {
+		order = append(order, g.machine)
+	}
+	t.Logf("%d versions of the Cluster checked; grants in order: %v", n, order)
+	// Each machine got exactly one turn, leaders before workers.
+	assert.Equal(t, len(grants), 5, "grants: %v", order)
+	assert.DeepEqual(t, order[:3], []string{"node-1", "node-2", "node-3"})
+	for _, g := range grants[3:] {
+		assert.Assert(t, !g.leader)
+	}
+}
+
+// cluster-operator killed mid-rollout and restarted with its defaults:
+// it grants nothing for 40 s, says so, reads a machine that stopped
+// heartbeating before it started Lost after 40 s, and that machine holds
+// the budget until it comes back.
+func TestRestartMidRolloutRealDefaults(t *testing.T) {
+	e := setup(t, fleetSpec{leaders: 1, workers: 3, maxUnavailable: "1", rebootFor: 10 * time.Second, renewEvery: 2 * time.Second})
+	rec := e.record()
+	first := e.startOperator("op-a", "--startup-grace=2s")
+	e.waitFor("the Cluster to read Ready 4/4", time.Minute, func() bool {
+		c := e.cluster()
+		return c.Status.Phase == likenv1.ClusterReady && c.Status.Machines == "4/4"
+	})
+	e.setVersion(version2)
+	e.waitFor("node-2 to take its turn", 2*time.Minute, func() bool {
+		return e.cluster().Status.Turns == "node-2" && e.machine("node-2").Status.Phase == likenv1.MachineUpdating
+	})
+
+	// Kill the operator mid-rollout; node-4 hangs (no heartbeat, no
+	// status) before the new copy starts; its Node stays Ready.
+	first.signal(t, syscall.SIGKILL)
+	e.waitFor("op-a to die", 30*time.Second, first.exited)
+	e.machines["node-4"].alive.Store(false)
+	restarted := e.startOperator("op-a") // the real defaults: 40 s and 40 s
+	restartAt := restarted.started
+
+	e.waitFor("Progressing to say StartupGrace", time.Minute, func() bool {
+		return progressing(e.cluster()).Reason == likenv1.ReasonStartupGrace
+	})
+	msg := progressing(e.cluster()).Message
+	t.Logf("Progressing during the grace: %s", msg)
+	resumes := restartAt.Add(40 * time.Second).UTC()
+	assert.Assert(t, strings.Contains(msg, resumes.Format(time.RFC3339)) || strings.Contains(msg, resumes.Add(time.Second).Format(time.RFC3339)) ||
+		strings.Contains(msg, resumes.Add(2*time.Second).Format(time.RFC3339)), "message %q does not name %s", msg, resumes)
+
+	e.waitFor("node-4 to read Lost", 2*time.Minute, func() bool { return e.machine("node-4").Status.Phase == likenv1.MachineLost })
+	lostAfter := time.Since(restartAt)
+	assert.Assert(t, lostAfter >= 40*time.Second, "node-4 read Lost %s after the restart", lostAfter)
+
+	// node-2 finished; node-3 waits: Lost node-4 fills the budget of 1.
+	e.waitFor("node-3 to wait behind Lost node-4", time.Minute, func() bool {
+		c := e.cluster()
+		p := progressing(c)
+		return len(c.Status.RebootTurns) == 0 && p.Reason == likenv1.ReasonGranting && strings.Contains(p.Message, "Waiting for a turn: node-3")
+	})
+	for _, g := range rec.grants() {
+		assert.Assert(t, g.machine != "node-3", "node-3 got a turn while node-4 was Lost")
+	}
+
+	e.machines["node-4"].alive.Store(true)
+	backAt := time.Now()
+	e.waitFor("node-3 to get its turn", time.Minute, func() bool { return e.cluster().Status.Turns == "node-3" })
+	var firstAfterRestart time.Time
+	for _, g := range rec.grants() {
+		if g.machine == "node-3" {
+			firstAfterRestart = g.at
+		}
+	}
+	grace := firstAfterRestart.Sub(restartAt.Truncate(time.Second))
+	assert.Assert(t, grace >= 40*time.Second, "first grant %s after the restart", grace)
+	assert.Assert(t, !firstAfterRestart.Before(backAt.Truncate(time.Second)), "node-3 was granted before node-4 came back")
+	t.Logf("restart at %s: node-4 Lost after %s; first grant after restart %s later (node-4 back after %s)",
+		restartAt.UTC().Format(time.RFC3339), lostAfter.Round(100*time.Millisecond), grace, backAt.Sub(restartAt).Round(100*time.Millisecond))
+
+	e.waitRolledOut(version2, 3*time.Minute)
+	n := rec.check(t)
+	t.Logf("%d versions of the Cluster checked", n)
+}
+
+// A machine that stops heartbeating reads Lost after --machine-lost-after
+// and counts against the budget; events and metrics show it.
+func TestLostMachineCountsAgainstBudget(t *testing.T) {
+	e := setup(t, fleetSpec{leaders: 1, workers: 3, maxUnavailable: "2", rebootFor: 3 * time.Second, renewEvery: time.Second})
+	rec := e.record()
+	op := e.startOperator("op-a", "--startup-grace=2s", "--machine-lost-after=5s")
+	e.waitFor("the Cluster to read Ready 4/4", time.Minute, func() bool {
+		c := e.cluster()
+		return c.Status.Phase == likenv1.ClusterReady && c.Status.Machines == "4/4"
+	})
+	e.waitFor("the release channel to be read", time.Minute, func() bool {
+		return e.cluster().Status.Releases.Available == version2
+	})
+
+	e.machines["node-4"].alive.Store(false)
+	silentAt := time.Now()
+	e.waitFor("node-4 to read Lost", time.Minute, func() bool { return e.machine("node-4").Status.Phase == likenv1.MachineLost })
+	lost := time.Since(silentAt)
+	// The last renewal was at most renewEvery before silentAt.
+	assert.Assert(t, lost >= 4*time.Second, "Lost after %s", lost)
+	t.Logf("node-4 read Lost %s after its last chance to renew (flag 5s, renewals every 1s)", lost.Round(100*time.Millisecond))
+
+	// Two reboots requested with a budget of 2: Lost node-4 takes one slot.
+	e.machines["node-2"].requestReboot()
+	e.machines["node-3"].requestReboot()
+	e.waitFor("node-2 to hold a turn and node-3 to wait", time.Minute, func() bool {
+		c := e.cluster()
+		return c.Status.Turns == "node-2" && strings.Contains(progressing(c).Message, "Waiting for a turn: node-3")
+	})
+	e.waitFor("node-3 to get its turn after node-2", time.Minute, func() bool { return e.cluster().Status.Turns == "node-3" })
+	e.waitFor("node-3 to finish", time.Minute, func() bool { return e.cluster().Status.Turns == "" })
+
+	// node-4 comes back and writes its own phase again.
+	e.machines["node-4"].alive.Store(true)
+	e.waitFor("node-4 to report Ready again", time.Minute, func() bool {
+		return e.machine("node-4").Status.Phase == likenv1.MachineReady
+	})
+
+	// Events and metrics.
+	evs, err := e.kube.EventsV1().Events("").List(e.ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	reasons := map[string]int{}
+	for _, ev := range evs.Items {
+		if ev.ReportingController == "cluster-operator" {
+			reasons[ev.Reason]++
+		}
+	}
+	for _, r := range []string{"TurnGranted", "TurnFinished", "MachineLost", "NewReleaseAvailable"} {
+		assert.Assert(t, reasons[r] > 0, "no %s event; events: %v", r, reasons)
+	}
+	code, body := fetch(t, op.metrics, "/metrics")
+	assert.Equal(t, code, 200)
+	for _, want := range []string{
+		`liken_operator_turns_granted_total{cluster="lab",reason="Reboot"} 2`,
+		`liken_operator_machines_lost_total{cluster="lab"} 1`,
+		`liken_operator_machines{cluster="lab",phase="Ready"} 4`,
+		`liken_operator_grant_latency_seconds_count{cluster="lab"} 2`,
+		`liken_operator_leading 1`,
+	} {
+		assert.Assert(t, is.Contains(body, want))
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, body := fetch(t, op.metrics, path)
+		assert.Equal(t, code, 200, fmt.Sprintf("%s: %s", path, body))
+	}
+	n := rec.check(t)
+	t.Logf("%d versions of the Cluster checked", n)
+}
