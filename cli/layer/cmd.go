@@ -1,0 +1,260 @@
+// Package layer builds, reads and checks deployment layers: the cluster identity, the archive format, and the liken layer command.
+package layer
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/cmdutil"
+)
+
+// NewCommand returns the liken layer command and its subcommands.
+func NewCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "layer",
+		Short: "Create the cluster identity and pack or inspect deployment layers",
+		Long: `A deployment layer is the small archive every machine boots with, next to
+the read-only OS image. It holds the Cluster document, the Machine
+documents and the cluster identity (its certificate authorities, key pairs
+and join token).
+
+Generate the identity once per cluster and keep it secret; pack a layer
+whenever you install machines; inspect a layer to see what it holds without
+revealing a secret.`,
+		Example: `  # Create the identity of a new cluster
+  liken layer generate ./mycluster-identity --cluster mycluster
+
+  # Pack the layer from the documents and the identity
+  liken layer pack -f cluster.yaml -f machines.yaml --identity ./mycluster-identity -o layer.tgz
+
+  # See what a layer holds
+  liken layer inspect layer.tgz`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newGenerateCommand(), newPackCommand(), newInspectCommand())
+	return cmd
+}
+
+func newGenerateCommand() *cobra.Command {
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "generate DIR",
+		Short: "Create a new cluster identity: certificate authorities, keys and join token",
+		Long: `Create a new cluster identity in DIR: the server, client and request-header
+certificate authorities, the datastore's server and peer certificate
+authorities, the service-account signing key, and a join token in the full
+format k3s accepts (K10<server CA hash>::server:<secret>).
+
+Private keys and the token are written with mode 0600, and DIR is created
+with mode 0700. A cluster keeps its identity for life: back DIR up and keep
+it secret. The command refuses to overwrite an existing identity.`,
+		Example: `  # Create the identity of cluster mycluster
+  liken layer generate ./mycluster-identity --cluster mycluster`,
+		Args: cmdutil.ExactArgs("DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			id, err := GenerateIdentity(GenerateOptions{Cluster: cluster})
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return fmt.Errorf("creating %s: %w", dir, err)
+			}
+			if err := WriteIdentity(dir, id); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Wrote a new cluster identity to %s:\n", dir)
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			for _, fp := range id.Fingerprints() {
+				mode := "0644"
+				if isSecretFile(fp.File) {
+					mode = "0600"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\n", filepath.Join(dir, filepath.FromSlash(fp.File)), mode, fp.Kind)
+			}
+			tw.Flush()
+			fmt.Fprintf(out, "Keep %s secret and backed up: it holds the private keys and the join token, and the cluster keeps them for life.\n", dir)
+			fmt.Fprintf(out, "Next: liken layer pack -f cluster.yaml -f machines.yaml --identity %s -o layer.tgz\n", dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "Name of the cluster, recorded in the certificate authorities' names.")
+	return cmd
+}
+
+func newPackCommand() *cobra.Command {
+	var (
+		files    []string
+		identity string
+		output   string
+		force    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pack -f FILE... --identity DIR -o FILE",
+		Short: "Pack a deployment layer from the Cluster, the Machines and the identity",
+		Long: `Pack the deployment layer archive from one Cluster document, its Machine
+documents and the cluster identity.
+
+Every document is checked first, with the same rules the API server
+applies (schema, allowed values, formats, spec.version in the catalog), and
+the fleet as a whole (one Cluster, every Machine in it, at least one
+leader). Any problem is reported with its file, document and field, and
+nothing is written. The archive (tar, gzip) is written with mode 0600
+because it holds private keys and the join token.
+
+Documents may come from several files, from directories (their .yaml,
+.yml and .json files), and from kubectl get -o yaml output.`,
+		Example: `  # Pack the layer of mycluster
+  liken layer pack -f cluster.yaml -f machines.yaml --identity ./mycluster-identity -o layer.tgz
+
+  # Pack every document of a directory, replacing an older layer
+  liken layer pack -f ./mycluster/ --identity ./mycluster-identity -o layer.tgz --force`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output == "" {
+				return fmt.Errorf("no output file: pass -o FILE, such as -o layer.tgz")
+			}
+			l, err := Assemble(PackOptions{Files: files, IdentityDir: identity})
+			if err != nil {
+				return err
+			}
+			for _, w := range exposedSecrets(identity) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", w)
+			}
+			if err := l.WriteFile(output, force); err != nil {
+				return fmt.Errorf("writing %s: %w", output, err)
+			}
+			// Read the archive back: what was written is what a machine reads.
+			if _, err := ReadFile(output, DefaultLimits); err != nil {
+				return fmt.Errorf("the written layer does not read back: %w", err)
+			}
+			st, err := os.Stat(output)
+			if err != nil {
+				return err
+			}
+			leaders := 0
+			for _, m := range l.Machines {
+				if m.Machine.Spec.Role == v1alpha1.RoleLeader {
+					leaders++
+				}
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Wrote %s (%s, mode 0600): Cluster %s on %s, %s (%s, %s).\n",
+				output, cmdutil.HumanBytes(st.Size()), l.Cluster.Name, l.Cluster.Cluster.Spec.Version,
+				cmdutil.Plural(len(l.Machines), "machine", "machines"), cmdutil.Plural(leaders, "leader", "leaders"),
+				cmdutil.Plural(len(l.Machines)-leaders, "worker", "workers"))
+			fmt.Fprintf(out, "It holds private keys and the join token: keep it secret. See what it holds with: liken layer inspect %s\n", output)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "File or directory of Cluster and Machine documents (repeatable).")
+	cmd.Flags().StringVar(&identity, "identity", "", "Directory of the cluster identity (written by liken layer generate).")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Archive to write, such as layer.tgz.")
+	cmd.Flags().BoolVar(&force, "force", false, "Replace the output file if it exists.")
+	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
+	_ = cmd.MarkFlagDirname("identity")
+	return cmd
+}
+
+// exposedSecrets lists identity files that others may read.
+func exposedSecrets(dir string) []string {
+	var out []string
+	for _, n := range IdentityFiles() {
+		if !isSecretFile(n) {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o077 != 0 {
+			out = append(out, fmt.Sprintf("%s is readable by others (mode %04o): chmod 600 %s", p, st.Mode().Perm(), p))
+		}
+	}
+	return out
+}
+
+func newInspectCommand() *cobra.Command {
+	var documents bool
+	cmd := &cobra.Command{
+		Use:   "inspect FILE",
+		Short: "Show what a deployment layer holds, without revealing a secret",
+		Long: `Check a deployment layer archive as a machine would, then show what it
+holds: the Cluster, the Machines, and the identity's certificates and keys
+by fingerprint. Private keys and the join token are never shown.
+
+Certificate fingerprints are SHA-256 over the certificate, as
+openssl x509 -noout -fingerprint -sha256 prints them; key fingerprints are
+SHA-256 over the public key (PKIX, DER).`,
+		Example: `  # Summarise a layer
+  liken layer inspect layer.tgz
+
+  # Also print the Cluster and Machine documents
+  liken layer inspect layer.tgz --documents`,
+		Args: cmdutil.ExactArgs("FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := ReadFile(args[0], DefaultLimits)
+			if err != nil {
+				return err
+			}
+			return l.Describe(cmd.OutOrStdout(), args[0], documents)
+		},
+	}
+	cmd.Flags().BoolVar(&documents, "documents", false, "Also print the Cluster and Machine documents.")
+	return cmd
+}
+
+// Describe prints a summary of the layer: Cluster, Machines and identity
+// fingerprints, and with documents, the documents themselves. It never
+// prints a private key or the token.
+func (l *Layer) Describe(w io.Writer, name string, documents bool) error {
+	c := l.Cluster.Cluster
+	fmt.Fprintf(w, "Layer:     %s (%s)\n", name, Format)
+	fmt.Fprintf(w, "Cluster:   %s\n", c.Name)
+	fmt.Fprintf(w, "Version:   %s\n", c.Spec.Version)
+	fmt.Fprintf(w, "Channel:   %s\n", c.Spec.Releases.Source)
+	fmt.Fprintf(w, "Endpoint:  %s\n", c.Spec.Network.Endpoint)
+	fmt.Fprintf(w, "Machines:  %d\n", len(l.Machines))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tROLE\tPOLICY\tPORTS\tDISKS\tMODULES")
+	for _, d := range l.Machines {
+		m := d.Machine
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%d\n", m.Name, m.Spec.Role, m.Spec.RebootPolicy, portNames(m), len(m.Spec.Disks), len(m.Spec.KernelModules))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "Identity:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  FILE\tKIND\tDETAIL\tSHA256")
+	for _, fp := range l.Identity.Fingerprints() {
+		sum := fp.SHA256
+		if sum == "" {
+			sum = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fp.File, fp.Kind, fp.Detail, sum)
+	}
+	tw.Flush()
+	if documents {
+		fmt.Fprintf(w, "\n# %s\n%s", ClusterMember, l.Cluster.YAML)
+		for _, d := range l.Machines {
+			fmt.Fprintf(w, "---\n# %s%s.yaml\n%s", MachinesDir, d.Name, d.YAML)
+		}
+	}
+	return nil
+}
+
+func portNames(m *v1alpha1.Machine) string {
+	if len(m.Spec.Ports) == 0 {
+		return "-"
+	}
+	var names []string
+	for _, p := range m.Spec.Ports {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ",")
+}

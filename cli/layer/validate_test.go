@@ -1,0 +1,236 @@
+package layer
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/golden"
+)
+
+// The embedded CRDs must be the ones in manifests/: the layer is checked
+// with exactly the rules the API server applies. go test -update copies them.
+func TestEmbeddedCRDsMatchManifests(t *testing.T) {
+	for _, name := range []string{"10-crd-cluster.yaml", "11-crd-machine.yaml"} {
+		want, err := os.ReadFile(filepath.Join("..", "..", "manifests", name))
+		assert.NilError(t, err)
+		abs, err := filepath.Abs(filepath.Join("crds", name))
+		assert.NilError(t, err)
+		golden.Assert(t, string(want), abs, "crds/%s differs from manifests/%s: run go test ./cli/layer -update", name, name)
+	}
+}
+
+const validCluster = `apiVersion: liken.sh/v1alpha1
+kind: Cluster
+metadata:
+  name: mycluster
+spec:
+  version: "2026.10.10-001"
+  releases:
+    source: https://releases.example.com
+    catalog:
+    - version: "2026.10.10-001"
+      digest: sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f
+  network:
+    endpoint: https://10.0.0.10:6443
+    podCIDR: 10.42.0.0/16
+  disruption:
+    maxUnavailable: 1
+`
+
+const validMachine = `apiVersion: liken.sh/v1alpha1
+kind: Machine
+metadata:
+  name: node-1
+spec:
+  cluster: mycluster
+  role: Leader
+  rebootPolicy: Auto
+  disks:
+  - device: /dev/disk/by-id/nvme-0
+    mountPoint: /var/lib/data
+  ports:
+  - name: eth0
+    mac: 52:54:00:12:34:56
+    addresses: [10.0.0.11/24]
+    gateway: 10.0.0.1
+  kernelModules:
+  - name: vfio-pci
+    parameters: [ids=10de:1eb8]
+`
+
+func TestValidateDocumentAcceptsValid(t *testing.T) {
+	d, err := ValidateDocument("cluster.yaml", []byte(validCluster))
+	assert.NilError(t, err)
+	assert.Equal(t, d.Kind, KindCluster)
+	assert.Equal(t, d.Name, "mycluster")
+	// Defaults are applied to the decoded object, as the API server would.
+	assert.Equal(t, d.Cluster.Spec.Disruption.DrainTimeout.Duration.String(), "10m0s")
+	assert.Equal(t, d.Cluster.Spec.Releases.PollInterval.Duration.String(), "1h0m0s")
+	// ...but the stored document is what the person wrote.
+	assert.Assert(t, !strings.Contains(string(d.YAML), "drainTimeout"), string(d.YAML))
+
+	m, err := ValidateDocument("machine.yaml", []byte(validMachine))
+	assert.NilError(t, err)
+	assert.Equal(t, m.Machine.Spec.Disks[0].Filesystem, "ext4")
+}
+
+// Every rule the API server applies refuses a bad document with an error
+// that names the file and the field.
+func TestValidateDocumentRefuses(t *testing.T) {
+	cluster := func(old, new string) string { return strings.Replace(validCluster, old, new, 1) }
+	machine := func(old, new string) string { return strings.Replace(validMachine, old, new, 1) }
+	tests := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{"version not in catalog", cluster(`version: "2026.10.10-001"`, `version: "2026.10.11-001"`),
+			[]string{"spec.version", "2026.10.11-001 is not in spec.releases.catalog"}},
+		{"version format", cluster(`version: "2026.10.10-001"`, `version: "v1.2.3"`),
+			[]string{"spec.version", "YYYY.MM.DD-NNN"}},
+		{"digest format", cluster("digest: sha256:5f2b", "digest: sha256:XX2b"),
+			[]string{"spec.releases.catalog[0].digest", "64 lowercase hex"}},
+		{"source scheme", cluster("source: https://releases.example.com", "source: ftp://releases.example.com"),
+			[]string{"spec.releases.source", "http:// or https://"}},
+		{"missing endpoint", cluster("    endpoint: https://10.0.0.10:6443\n", ""),
+			[]string{"spec.network.endpoint", "Required value"}},
+		{"pod CIDR", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.42.0.0"),
+			[]string{"spec.network.podCIDR", "CIDR"}},
+		{"max unavailable percentage", cluster("maxUnavailable: 1", "maxUnavailable: 150%"),
+			[]string{"spec.disruption.maxUnavailable", "percentage"}},
+		{"unknown field", cluster("  network:", "  netwrk: {}\n  network:"),
+			[]string{"spec.netwrk", "unknown field"}},
+		{"catalog duplicate", cluster("  network:", "    - version: \"2026.10.10-001\"\n      digest: sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f\n  network:"),
+			[]string{"spec.releases.catalog[1]", "Duplicate value"}},
+		{"role enum", machine("role: Leader", "role: leader"),
+			[]string{"spec.role", `Unsupported value: "leader"`, `"Leader"`, `"Worker"`}},
+		{"reboot policy enum", machine("rebootPolicy: Auto", "rebootPolicy: Sometimes"),
+			[]string{"spec.rebootPolicy", "Unsupported value"}},
+		{"mac format", machine("mac: 52:54:00:12:34:56", "mac: 52-54-00-12-34-56"),
+			[]string{"spec.ports[0].mac", "six lowercase hex pairs"}},
+		{"address not CIDR", machine("addresses: [10.0.0.11/24]", "addresses: [10.0.0.11]"),
+			[]string{"spec.ports[0].addresses[0]", "CIDR"}},
+		{"mount point outside /var", machine("mountPoint: /var/lib/data", "mountPoint: /etc"),
+			[]string{"spec.disks[0].mountPoint", "under /var"}},
+		{"device outside /dev", machine("device: /dev/disk/by-id/nvme-0", "device: disk0"),
+			[]string{"spec.disks[0].device", "/dev"}},
+		{"module name", machine("name: vfio-pci", "name: vfio pci"),
+			[]string{"spec.kernelModules[0].name", "letters, digits"}},
+		{"wrong type", machine("addresses: [10.0.0.11/24]", "mtu: big"),
+			[]string{"spec.ports[0].mtu", "Invalid value"}},
+		{"missing cluster", machine("  cluster: mycluster\n", ""),
+			[]string{"spec.cluster", "Required value"}},
+		{"bad name", machine("name: node-1", "name: Node_1"),
+			[]string{"metadata.name", "Invalid value"}},
+		{"namespace", machine("  name: node-1\n", "  name: node-1\n  namespace: default\n"),
+			[]string{"metadata.namespace", "cluster-scoped"}},
+		{"no name", machine("  name: node-1\n", "  labels: {a: b}\n"),
+			[]string{"metadata.name", "Required value"}},
+		{"bad label", machine("  name: node-1\n", "  name: node-1\n  labels: {\"a b\": c}\n"),
+			[]string{"metadata.labels", "Invalid value"}},
+		{"other kind", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+			[]string{"v1 ConfigMap", "only liken.sh/v1alpha1 Cluster and Machine"}},
+		{"no kind", "metadata: {name: x}\n",
+			[]string{"apiVersion and kind are required"}},
+		{"duplicate key", machine("  role: Leader\n", "  role: Leader\n  role: Worker\n"),
+			[]string{"not valid YAML", `key "role" already set`}},
+		{"not a mapping", "- a\n- b\n",
+			[]string{"must be a YAML mapping"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ValidateDocument("input.yaml", []byte(tc.doc))
+			assert.Assert(t, err != nil, "accepted:\n%s", tc.doc)
+			assert.Assert(t, is.Contains(err.Error(), "input.yaml"))
+			for _, w := range tc.want {
+				assert.Assert(t, is.Contains(err.Error(), w))
+			}
+		})
+	}
+}
+
+// kubectl get -o yaml output (a List with status and server fields) packs:
+// status and server-set metadata are left out, as a create would drop them.
+func TestParseDocumentsList(t *testing.T) {
+	in := `apiVersion: v1
+kind: List
+items:
+- apiVersion: liken.sh/v1alpha1
+  kind: Machine
+  metadata:
+    name: node-1
+    uid: 6c1f
+    resourceVersion: "42"
+    creationTimestamp: "2026-11-30T05:00:00Z"
+    labels: {rack: r1}
+  spec: {cluster: mycluster, role: Leader}
+  status: {phase: Ready, version: 2026.10.10-001}
+- apiVersion: liken.sh/v1alpha1
+  kind: Machine
+  metadata: {name: node-2}
+  spec: {cluster: mycluster, role: Boss}
+`
+	docs, errs := ParseDocuments("machines.yaml", strings.NewReader(in))
+	assert.Equal(t, len(docs), 1)
+	assert.Equal(t, len(errs), 1)
+	assert.Assert(t, is.Contains(errs[0].Error(), "machines.yaml items[1]: Machine node-2:"))
+	assert.Assert(t, is.Contains(errs[0].Error(), `spec.role: Unsupported value: "Boss"`))
+	golden.Assert(t, string(docs[0].YAML), gold("list-item.golden.yaml"))
+}
+
+func TestParseDocumentsNamesTheDocument(t *testing.T) {
+	in := validCluster + "---\n# a comment only\n---\n" + strings.Replace(validMachine, "role: Leader", "role: Queen", 1)
+	docs, errs := ParseDocuments("all.yaml", strings.NewReader(in))
+	assert.Equal(t, len(docs), 1)
+	assert.Equal(t, len(errs), 1)
+	assert.Assert(t, is.Contains(errs[0].Error(), "all.yaml (document 2): Machine node-1:"))
+	assert.Assert(t, is.Contains(errs[0].Error(), `spec.role: Unsupported value: "Queen"`))
+}
+
+func TestCheckFleet(t *testing.T) {
+	doc := func(s string) *Document {
+		t.Helper()
+		d, err := ValidateDocument("x.yaml", []byte(s))
+		assert.NilError(t, err)
+		return d
+	}
+	m := func(name, cluster, role string) *Document {
+		s := strings.NewReplacer("name: node-1", "name: "+name, "cluster: mycluster", "cluster: "+cluster, "role: Leader", "role: "+role).Replace(validMachine)
+		return doc(s)
+	}
+	other := doc(strings.Replace(validCluster, "name: mycluster", "name: other", 1))
+	tests := []struct {
+		name string
+		docs []*Document
+		want string
+	}{
+		{"no cluster", []*Document{m("node-1", "mycluster", "Leader")}, "no Cluster document"},
+		{"two clusters", []*Document{doc(validCluster), other, m("node-1", "mycluster", "Leader")}, "2 Cluster documents (mycluster in x.yaml, other in x.yaml)"},
+		{"no machines", []*Document{doc(validCluster)}, "no Machine documents"},
+		{"other cluster", []*Document{doc(validCluster), m("node-1", "mycluster", "Leader"), m("node-2", "theirs", "Worker")},
+			`Machine node-2: spec.cluster: Invalid value: "theirs": the layer's Cluster is "mycluster"`},
+		{"duplicate", []*Document{doc(validCluster), m("node-1", "mycluster", "Leader"), m("node-1", "mycluster", "Worker")},
+			`Machine node-1: metadata.name: Duplicate value`},
+		{"no leader", []*Document{doc(validCluster), m("node-1", "mycluster", "Worker")}, "no Machine has spec.role: Leader"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, errs := CheckFleet(tc.docs)
+			assert.Assert(t, len(errs) > 0)
+			var all []string
+			for _, e := range errs {
+				all = append(all, e.Error())
+			}
+			assert.Assert(t, is.Contains(strings.Join(all, "\n"), tc.want))
+		})
+	}
+	c, ms, errs := CheckFleet([]*Document{m("node-2", "mycluster", "Worker"), doc(validCluster), m("node-1", "mycluster", "Leader")})
+	assert.Equal(t, len(errs), 0)
+	assert.Equal(t, c.Name, "mycluster")
+	assert.Equal(t, ms[0].Name, "node-1")
+	assert.Equal(t, ms[1].Name, "node-2")
+}

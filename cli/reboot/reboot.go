@@ -1,0 +1,286 @@
+// Package reboot holds liken approve-reboot and liken request-reboot: the two ways a person asks a machine to reboot through its turn.
+package reboot
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/cmdutil"
+	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/cli/kube"
+	"liken.sh/liken/generated/clientset/versioned"
+)
+
+// maxConflictRetries bounds how often a write is retried when the Machine
+// changed between the read and the write.
+const maxConflictRetries = 5
+
+// NewApproveCommand returns liken approve-reboot.
+func NewApproveCommand(flags *kube.Flags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "approve-reboot CLUSTER MACHINE",
+		Short: "Approve the reboot a Manual machine is waiting for",
+		Long: `Approve exactly the change a machine has staged (a release, configuration
+that needs a reboot, or a requested reboot), so it can take its reboot turn.
+
+Only a machine that waits for approval can be approved: its rebootPolicy is
+Manual and its RebootPending condition reads AwaitingApproval. The approval
+covers the change staged now; if the machine stages something else later,
+it asks again. After the approval the machine still waits for its turn
+under the cluster's disruption budget, then cordons and drains its node
+before it reboots.`,
+		Example: `  # Approve the staged release on node-4 of mycluster
+  liken approve-reboot mycluster node-4
+
+  # List the machines that wait for approval
+  kubectl get machines -o wide`,
+		Args:              cmdutil.ExactArgs("CLUSTER", "MACHINE"),
+		ValidArgsFunction: flags.CompleteClusters(true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := flags.Client()
+			if err != nil {
+				return err
+			}
+			return Approve(cmd.Context(), c, args[0], args[1], cmd.OutOrStdout())
+		},
+	}
+}
+
+// NewRequestCommand returns liken request-reboot.
+func NewRequestCommand(flags *kube.Flags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "request-reboot CLUSTER MACHINE",
+		Short: "Ask a machine to reboot once, through its turn, cordon and drain",
+		Long: `Ask a machine to reboot once, even though it agrees with every document:
+for a driver that bound the wrong device, or a machine you experiment on.
+
+The machine stages the reboot like any other change (phase RebootPending)
+and takes a turn under the cluster's disruption budget: it cordons and
+drains its node, reboots, and rejoins. A Manual machine waits for
+liken approve-reboot first. Asking again while a request is pending does
+nothing.`,
+		Example: `  # Reboot node-4 of mycluster through its turn
+  liken request-reboot mycluster node-4
+
+  # Then, if node-4's rebootPolicy is Manual, approve it
+  liken approve-reboot mycluster node-4`,
+		Args:              cmdutil.ExactArgs("CLUSTER", "MACHINE"),
+		ValidArgsFunction: flags.CompleteClusters(true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := flags.Client()
+			if err != nil {
+				return err
+			}
+			return Request(cmd.Context(), c, clock.RealClock{}, args[0], args[1], cmd.OutOrStdout())
+		},
+	}
+}
+
+// getMember reads the machine and its cluster and checks that the machine
+// belongs to it.
+func getMember(ctx context.Context, c versioned.Interface, command, clusterName, machineName string) (*v1alpha1.Cluster, *v1alpha1.Machine, error) {
+	m, err := c.LikenV1alpha1().Machines().Get(ctx, machineName, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, kube.Explain(err, "machine "+machineName)
+	}
+	if m.Spec.Cluster != clusterName {
+		return nil, nil, fmt.Errorf("machine %s is not in cluster %s: it belongs to cluster %s (did you mean: liken %s %s %s?)",
+			machineName, clusterName, m.Spec.Cluster, command, m.Spec.Cluster, machineName)
+	}
+	cl, err := c.LikenV1alpha1().Clusters().Get(ctx, clusterName, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, kube.Explain(err, "cluster "+clusterName)
+	}
+	return cl, m, nil
+}
+
+// notWaiting explains why a machine cannot be approved now.
+func notWaiting(clusterName string, m *v1alpha1.Machine) error {
+	why := fmt.Sprintf("machine %s is not waiting for approval", m.Name)
+	phase := m.Status.Phase
+	switch {
+	case phase == "":
+		return fmt.Errorf("%s: it has not reported a status yet (is its node daemon running?)", why)
+	case fleet.AwaitingTurn(m) && m.Spec.RebootPolicy == v1alpha1.RebootAuto:
+		return fmt.Errorf("%s: its rebootPolicy is Auto, so it takes its turn without approval (it waits for its turn now)", why)
+	case phase == v1alpha1.MachineReady:
+		return fmt.Errorf("%s: it is Ready with nothing staged. To reboot it anyway: liken request-reboot %s %s", why, clusterName, m.Name)
+	case phase == v1alpha1.MachineDownloading:
+		return fmt.Errorf("%s: it is still downloading %s. It asks for approval once the release is verified and staged (phase UpdatePending); follow it with liken rollout status %s", why, downloading(m), clusterName)
+	case phase == v1alpha1.MachineUpdating || phase == v1alpha1.MachineRebooting:
+		return fmt.Errorf("%s: it already holds its turn (phase %s)", why, phase)
+	case phase == v1alpha1.MachineLost:
+		return fmt.Errorf("%s: it is Lost (no heartbeat for 40 s). Bring it back first; kubectl describe machine %s shows its last report", why, m.Name)
+	case phase == v1alpha1.MachineDegraded:
+		return fmt.Errorf("%s: it is Degraded and needs a person; kubectl describe machine %s shows why", why, m.Name)
+	case m.Status.Change == "":
+		return fmt.Errorf("%s: it reports phase %s but no staged change (status.change is empty); wait for its next report", why, phase)
+	}
+	cond := fleet.RebootPending(m)
+	if cond == nil {
+		return fmt.Errorf("%s: it reports phase %s without a RebootPending condition; wait for its next report", why, phase)
+	}
+	return fmt.Errorf("%s: its RebootPending condition is %s (%s): %s", why, cond.Status, cond.Reason, cond.Message)
+}
+
+func downloading(m *v1alpha1.Machine) string {
+	d := m.Status.Download
+	if d == nil {
+		return "a release"
+	}
+	s := d.Version
+	if d.BytesTotal > 0 {
+		s += fmt.Sprintf(" (%s of %s)", cmdutil.HumanBytes(d.BytesDone), cmdutil.HumanBytes(d.BytesTotal))
+	}
+	return s
+}
+
+// Approve sets the machine's liken.sh/approved-change annotation to the
+// change it has staged, then prints what happens next. It refuses when the
+// machine is not in the cluster or does not wait for approval.
+func Approve(ctx context.Context, c versioned.Interface, clusterName, machineName string, out io.Writer) error {
+	for attempt := 0; ; attempt++ {
+		cl, m, err := getMember(ctx, c, "approve-reboot", clusterName, machineName)
+		if err != nil {
+			return err
+		}
+		if fleet.Approved(m) {
+			fmt.Fprintf(out, "Machine %s was already approved for its staged change (%s).\n", m.Name, fleet.DescribeChange(m))
+			return explainNext(ctx, c, cl, m, out)
+		}
+		if !fleet.AwaitingApproval(m) || m.Status.Change == "" {
+			return notWaiting(clusterName, m)
+		}
+		err = patchAnnotation(ctx, c, m, v1alpha1.AnnotationApprovedChange, m.Status.Change)
+		if apierrors.IsConflict(err) && attempt < maxConflictRetries {
+			continue // the machine reported something new: look again
+		}
+		if err != nil {
+			return kube.Explain(err, "machine "+machineName)
+		}
+		fmt.Fprintf(out, "Approved the change staged on %s: %s (change %s).\n", m.Name, fleet.DescribeChange(m), m.Status.Change)
+		return explainNext(ctx, c, cl, m, out)
+	}
+}
+
+// patchAnnotation sets one annotation with a merge patch that carries the
+// resourceVersion read, so a machine that changed in between is re-read.
+func patchAnnotation(ctx context.Context, c versioned.Interface, m *v1alpha1.Machine, key, value string) error {
+	patch := map[string]any{"metadata": map[string]any{
+		"resourceVersion": m.ResourceVersion,
+		"annotations":     map[string]string{key: value},
+	}}
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	_, err = c.LikenV1alpha1().Machines().Patch(ctx, m.Name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "liken"})
+	return err
+}
+
+// explainNext prints the machine's place under the disruption budget.
+func explainNext(ctx context.Context, c versioned.Interface, cl *v1alpha1.Cluster, m *v1alpha1.Machine, out io.Writer) error {
+	list, err := c.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return kube.Explain(err, "machines")
+	}
+	all := make([]*v1alpha1.Machine, 0, len(list.Items))
+	for i := range list.Items {
+		all = append(all, &list.Items[i])
+	}
+	members := fleet.Members(cl.Name, all)
+	b, err := fleet.BudgetOf(cl, members)
+	if err != nil {
+		return err
+	}
+	writePlace(out, cl, m, members, b)
+	return nil
+}
+
+// writePlace prints what happens next for m: its turn, the budget, the
+// machines ahead of it, and anything that blocks granting.
+func writePlace(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine, members []*v1alpha1.Machine, b fleet.Budget) {
+	if b.HoldsTurn(m.Name) {
+		fmt.Fprintf(out, "Next: %s holds its turn now: it cordons and drains its node, then reboots.\n", m.Name)
+	} else {
+		fmt.Fprintf(out, "Next: %s waits for a reboot turn under the disruption budget of cluster %s.\n", m.Name, cl.Name)
+		held := "none"
+		if len(b.Turns) > 0 {
+			held = strings.Join(b.Turns, ", ")
+		}
+		fmt.Fprintf(out, "  Turns held:      %d of %d (maxUnavailable %s): %s\n", len(b.Turns), b.Max, b.MaxSpec, held)
+		if len(b.Down) > 0 {
+			fmt.Fprintf(out, "  Also unavailable: %s (Lost; they count against the budget)\n", strings.Join(b.Down, ", "))
+		}
+		ahead := fleet.Ahead(m, members, b)
+		if len(ahead) == 0 {
+			fmt.Fprintf(out, "  Machines ahead:  none\n")
+		} else {
+			fmt.Fprintf(out, "  Machines ahead:  %d (%s)\n", len(ahead), strings.Join(ahead, ", "))
+		}
+		if fleet.IsLeader(m) {
+			fmt.Fprintf(out, "  %s is a leader: it waits until no other leader holds a turn or is down.\n", m.Name)
+		}
+		if why := b.Blocked(cl, fleet.StagedRelease(m)); why != "" {
+			fmt.Fprintf(out, "  Blocked:         %s\n", why)
+		}
+		fmt.Fprintf(out, "When its turn comes, %s cordons and drains its node, then reboots", m.Name)
+		if fleet.StagedRelease(m) && m.Status.Staged != "" {
+			fmt.Fprintf(out, " into %s as a trial and proves it", m.Status.Staged)
+		}
+		fmt.Fprintln(out, ".")
+	}
+	fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", cl.Name)
+}
+
+// Request sets the machine's liken.sh/request-reboot annotation to a new
+// value (the current time), unless a request is already pending, and prints
+// what happens next.
+func Request(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, clusterName, machineName string, out io.Writer) error {
+	for attempt := 0; ; attempt++ {
+		cl, m, err := getMember(ctx, c, "request-reboot", clusterName, machineName)
+		if err != nil {
+			return err
+		}
+		if prev := m.Annotations[v1alpha1.AnnotationRequestReboot]; prev != "" && prev != m.Status.ObservedRebootRequest {
+			fmt.Fprintf(out, "Machine %s already has a reboot request pending (made %s); it was not asked again.\n", m.Name, prev)
+			return nextAfterRequest(out, cl, m)
+		}
+		value := clk.Now().UTC().Format(time.RFC3339Nano)
+		err = patchAnnotation(ctx, c, m, v1alpha1.AnnotationRequestReboot, value)
+		if apierrors.IsConflict(err) && attempt < maxConflictRetries {
+			continue
+		}
+		if err != nil {
+			return kube.Explain(err, "machine "+machineName)
+		}
+		fmt.Fprintf(out, "Requested a reboot of %s (request %s).\n", m.Name, value)
+		return nextAfterRequest(out, cl, m)
+	}
+}
+
+func nextAfterRequest(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine) error {
+	fmt.Fprintf(out, "Next: %s stages the reboot (phase RebootPending), ", m.Name)
+	if m.Spec.RebootPolicy == v1alpha1.RebootAuto {
+		fmt.Fprintf(out, "then waits for a turn under the disruption budget of cluster %s.\n", cl.Name)
+	} else {
+		fmt.Fprintf(out, "then waits for your approval, because its rebootPolicy is Manual:\n  liken approve-reboot %s %s\n", cl.Name, m.Name)
+	}
+	fmt.Fprintf(out, "Its turn cordons and drains the node like any other reboot.\n")
+	if m.Status.Phase == v1alpha1.MachineLost {
+		fmt.Fprintf(out, "Note: %s is Lost now; it sees the request when it is back.\n", m.Name)
+	}
+	fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", cl.Name)
+	return nil
+}

@@ -1,0 +1,478 @@
+// Package rollout holds liken rollout: follow a rollout until it is done (status) and lift a halted one (resume).
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/cmdutil"
+	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/cli/kube"
+	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/generated/informers/externalversions"
+	"liken.sh/liken/generated/informers/externalversions/internalinterfaces"
+)
+
+// NewCommand returns liken rollout and its subcommands.
+func NewCommand(flags *kube.Flags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Follow a rollout, or resume a halted one",
+		Long: `Follow the rollout of a cluster's release, machine by machine, or resume a
+rollout that cluster-operator halted because a turn stalled or a trial
+failed.`,
+		Example: `  # Follow the rollout of mycluster until every machine runs spec.version
+  liken rollout status mycluster
+
+  # Lift a halt after you examined the machine that stalled or failed
+  liken rollout resume mycluster`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newStatusCommand(flags), newResumeCommand(flags))
+	return cmd
+}
+
+func newStatusCommand(flags *kube.Flags) *cobra.Command {
+	opts := StatusOptions{Watch: true}
+	cmd := &cobra.Command{
+		Use:   "status [CLUSTER]",
+		Short: "Follow a rollout until every machine runs the cluster's version",
+		Long: `Follow the rollout of a cluster until every machine is Ready on the
+cluster's spec.version. Each change of a machine's step (Downloading,
+UpdatePending, Updating, Ready, ...) or version prints one line, with the
+progress of the whole cluster: machines ready out of all, and bytes
+downloaded.
+
+The command exits 0 when the rollout is complete, and non-zero when
+cluster-operator halts it (RolloutStalled: a machine did not come back from
+its turn; TrialFailed: a machine could not prove the release) or when
+--timeout passes. CLUSTER may be left out when there is only one Cluster.`,
+		Example: `  # Follow the rollout of mycluster
+  liken rollout status mycluster
+
+  # Give up after 30 minutes
+  liken rollout status mycluster --timeout 30m
+
+  # Print where the rollout stands, without following it
+  liken rollout status mycluster --watch=false`,
+		Args:              cmdutil.MaxArgs("CLUSTER"),
+		ValidArgsFunction: flags.CompleteClusters(false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := flags.Client()
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				opts.Cluster = args[0]
+			}
+			return Status(cmd.Context(), c, opts, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVarP(&opts.Watch, "watch", "w", true, "Follow the rollout until it is done; with --watch=false, print where it stands and exit.")
+	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 0, "How long to wait before giving up (such as 30m); 0 waits forever.")
+	return cmd
+}
+
+func newResumeCommand(flags *kube.Flags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume CLUSTER",
+		Short: "Resume a rollout halted by RolloutStalled or TrialFailed",
+		Long: `Resume a rollout that cluster-operator halted, once you have examined the
+machine named in the halt.
+
+RolloutStalled: a machine held its turn past the stall timeout. Resuming
+releases that machine's turn, so the budget frees up; the machine asks
+again when it comes back.
+
+TrialFailed: a machine could not prove the release and went back to its
+proven slot. Resuming lets other machines try the same release; to stop
+the release instead, set spec.version back (that also lifts the halt).`,
+		Example: `  # Resume the rollout of mycluster
+  liken rollout resume mycluster`,
+		Args:              cmdutil.ExactArgs("CLUSTER"),
+		ValidArgsFunction: flags.CompleteClusters(false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := flags.Client()
+			if err != nil {
+				return err
+			}
+			return Resume(cmd.Context(), c, clock.RealClock{}, args[0], cmd.OutOrStdout())
+		},
+	}
+}
+
+// StatusOptions tune Status.
+type StatusOptions struct {
+	// Cluster to follow; empty picks the only Cluster.
+	Cluster string
+	// Watch follows the rollout until it is done or halted.
+	Watch bool
+	// Timeout bounds the wait; 0 waits forever.
+	Timeout time.Duration
+}
+
+// HaltedError is returned when cluster-operator halted the rollout.
+type HaltedError struct {
+	// Cluster is the halted cluster.
+	Cluster string
+	// Reason is RolloutStalled or TrialFailed.
+	Reason string
+	// Machine is the machine the halt names.
+	Machine string
+	// Message is cluster-operator's message.
+	Message string
+}
+
+func (e *HaltedError) Error() string {
+	var next string
+	switch e.Reason {
+	case v1alpha1.ReasonRolloutStalled:
+		next = fmt.Sprintf("examine %s (kubectl describe machine %s), then liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
+	case v1alpha1.ReasonTrialFailed:
+		next = fmt.Sprintf("find why %s failed its trial (kubectl describe machine %s); set spec.version back, or after a fix run liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
+	default:
+		next = "kubectl describe cluster " + e.Cluster
+	}
+	msg := strings.TrimSpace(e.Message)
+	if msg != "" {
+		msg = ": " + msg
+	}
+	return fmt.Sprintf("the rollout of cluster %s is halted (%s on %s)%s\nNext: %s", e.Cluster, e.Reason, e.Machine, msg, next)
+}
+
+// Status follows the rollout of a cluster (see the status command).
+func Status(ctx context.Context, c versioned.Interface, opts StatusOptions, out io.Writer) error {
+	name, err := pickCluster(ctx, c, opts.Cluster)
+	if err != nil {
+		return err
+	}
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	t := newTracker(out)
+	if !opts.Watch {
+		cl, err := c.LikenV1alpha1().Clusters().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return kube.Explain(err, "cluster "+name)
+		}
+		list, err := c.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return kube.Explain(err, "machines")
+		}
+		var all []*v1alpha1.Machine
+		for i := range list.Items {
+			all = append(all, &list.Items[i])
+		}
+		_, err = t.observe(cl, fleet.Members(name, all))
+		return err
+	}
+
+	notify := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case notify <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}
+	clusterFactory := externalversions.NewSharedInformerFactoryWithOptions(c, 0,
+		externalversions.WithTweakListOptions(internalinterfaces.TweakListOptionsFunc(func(o *metav1.ListOptions) {
+			o.FieldSelector = "metadata.name=" + name
+		})))
+	machineFactory := externalversions.NewSharedInformerFactory(c, 0)
+	clusters := clusterFactory.Liken().V1alpha1().Clusters()
+	machines := machineFactory.Liken().V1alpha1().Machines()
+	if _, err := clusters.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	if _, err := machines.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	defer func() {
+		close(stop)
+		clusterFactory.Shutdown()
+		machineFactory.Shutdown()
+	}()
+	clusterFactory.Start(stop)
+	machineFactory.Start(stop)
+	for typ, ok := range clusterFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return waitError(ctx, name, t, fmt.Errorf("could not list %v", typ))
+		}
+	}
+	for typ, ok := range machineFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return waitError(ctx, name, t, fmt.Errorf("could not list %v", typ))
+		}
+	}
+	poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return waitError(ctx, name, t, nil)
+		case <-notify:
+		}
+		cl, err := clusters.Lister().Get(name)
+		if apierrors.IsNotFound(err) {
+			if t.cluster == nil {
+				return fmt.Errorf("cluster %s not found (kubectl get clusters lists them)", name)
+			}
+			return fmt.Errorf("cluster %s was deleted during the rollout", name)
+		}
+		if err != nil {
+			return err
+		}
+		all, err := machines.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		done, err := t.observe(cl, fleet.Members(name, all))
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+func waitError(ctx context.Context, name string, t *tracker, err error) error {
+	where := ""
+	if t.cluster != nil {
+		where = fmt.Sprintf(" (%d/%d machines ready on %s)", t.ready, t.total, t.cluster.Spec.Version)
+	}
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("timed out waiting for the rollout of cluster %s%s; kubectl get machines shows each machine's step", name, where)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("watching cluster %s: %w", name, err)
+}
+
+// pickCluster returns name, or the only Cluster when name is empty.
+func pickCluster(ctx context.Context, c versioned.Interface, name string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	list, err := c.LikenV1alpha1().Clusters().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", kube.Explain(err, "clusters")
+	}
+	switch len(list.Items) {
+	case 0:
+		return "", errors.New("there is no Cluster to follow: create one with kubectl apply -f cluster.yaml")
+	case 1:
+		return list.Items[0].Name, nil
+	}
+	var names []string
+	for _, cl := range list.Items {
+		names = append(names, cl.Name)
+	}
+	sort.Strings(names)
+	return "", fmt.Errorf("there are %d Clusters (%s): name the one to follow, such as liken rollout status %s", len(names), strings.Join(names, ", "), names[0])
+}
+
+// step is what one line reports about a machine.
+type step struct {
+	phase   v1alpha1.MachinePhase
+	version string
+	target  string
+	note    string
+}
+
+// tracker turns successive views of a cluster into lines: one per change
+// of a machine's step, and a last line when the rollout is done.
+type tracker struct {
+	out     io.Writer
+	last    map[string]step
+	version string
+	cluster *v1alpha1.Cluster
+	ready   int
+	total   int
+}
+
+func newTracker(out io.Writer) *tracker {
+	return &tracker{out: out, last: map[string]step{}}
+}
+
+func stepOf(m *v1alpha1.Machine) step {
+	s := step{phase: m.Status.Phase, version: m.Status.Version}
+	switch {
+	case m.Status.Download != nil && m.Status.Download.Version != "":
+		s.target = m.Status.Download.Version
+	case m.Status.Staged != "":
+		s.target = m.Status.Staged
+	}
+	if s.target == s.version {
+		s.target = ""
+	}
+	for _, typ := range []string{v1alpha1.ConditionTrialFailed, v1alpha1.ConditionDrainBlocked} {
+		if c := meta.FindStatusCondition(m.Status.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
+			s.note = typ + ": " + c.Message
+			break
+		}
+	}
+	if s.note == "" && fleet.AwaitingApproval(m) && !fleet.Approved(m) {
+		s.note = "awaiting approval: liken approve-reboot " + m.Spec.Cluster + " " + m.Name
+	}
+	return s
+}
+
+// observe prints what changed since the last view and reports whether the
+// rollout is complete; it returns a *HaltedError when cluster-operator
+// halted it.
+func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bool, error) {
+	t.cluster = cl
+	want := cl.Spec.Version
+	t.total = len(members)
+	t.ready = 0
+	var done, total int64
+	downloading := false
+	for _, m := range members {
+		if m.Status.Phase == v1alpha1.MachineReady && m.Status.Version == want {
+			t.ready++
+		}
+		if d := m.Status.Download; d != nil {
+			downloading = true
+			done += d.BytesDone
+			total += d.BytesTotal
+		}
+	}
+	progress := fmt.Sprintf("[machines %d/%d", t.ready, t.total)
+	if downloading {
+		progress += fmt.Sprintf(", downloaded %s of %s", cmdutil.HumanBytes(done), cmdutil.HumanBytes(total))
+	}
+	progress += "]"
+
+	if want != t.version {
+		t.version = want
+		fmt.Fprintf(t.out, "Rollout of cluster %s to %s: %d of %d machines run it.\n", cl.Name, want, t.ready, t.total)
+	}
+	width := 0
+	for _, m := range members {
+		width = max(width, len(m.Name))
+	}
+	seen := map[string]bool{}
+	for _, m := range members {
+		seen[m.Name] = true
+		s := stepOf(m)
+		if prev, ok := t.last[m.Name]; ok && prev == s {
+			continue
+		}
+		t.last[m.Name] = s
+		phase := string(s.phase)
+		if phase == "" {
+			phase = "Unknown"
+		}
+		ver := s.version
+		if ver == "" {
+			ver = "-"
+		}
+		if s.target != "" {
+			ver += " -> " + s.target
+		}
+		line := fmt.Sprintf("%-*s  %-13s  %-32s  %s", width, m.Name, phase, ver, progress)
+		if s.note != "" {
+			line += "  " + s.note
+		}
+		fmt.Fprintln(t.out, line)
+	}
+	var gone []string
+	for n := range t.last {
+		if !seen[n] {
+			gone = append(gone, n)
+		}
+	}
+	sort.Strings(gone)
+	for _, n := range gone {
+		delete(t.last, n)
+		fmt.Fprintf(t.out, "%-*s  %-13s  %-32s  %s\n", width, n, "Deleted", "-", progress)
+	}
+
+	current := cl.Status.ObservedGeneration >= cl.Generation
+	if h := halt(cl); h != nil && current {
+		return false, h
+	}
+	complete := current && cl.Status.Phase == v1alpha1.ClusterReady && t.total > 0 && t.ready == t.total
+	for _, m := range members {
+		if m.Status.Change != "" {
+			complete = false
+		}
+	}
+	if complete {
+		fmt.Fprintf(t.out, "Rollout of cluster %s to %s complete: %d/%d machines ready.\n", cl.Name, want, t.ready, t.total)
+	}
+	return complete, nil
+}
+
+// halt reads a halt from the cluster's status, or returns nil.
+func halt(cl *v1alpha1.Cluster) *HaltedError {
+	if h := cl.Status.Halt; h != nil && (h.Version == "" || h.Version == cl.Spec.Version) {
+		return &HaltedError{Cluster: cl.Name, Reason: h.Reason, Machine: h.Machine, Message: h.Message}
+	}
+	if p := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionProgressing); p != nil && p.Status == metav1.ConditionFalse &&
+		(p.Reason == v1alpha1.ReasonRolloutStalled || p.Reason == v1alpha1.ReasonTrialFailed) {
+		machine := "a machine"
+		if cl.Status.Halt != nil {
+			machine = cl.Status.Halt.Machine
+		}
+		return &HaltedError{Cluster: cl.Name, Reason: p.Reason, Machine: machine, Message: p.Message}
+	}
+	return nil
+}
+
+// Resume sets the cluster's liken.sh/resume-rollout annotation to a new
+// value, so cluster-operator lifts the halt. It refuses when the rollout is
+// not halted.
+func Resume(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, name string, out io.Writer) error {
+	cl, err := c.LikenV1alpha1().Clusters().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return kube.Explain(err, "cluster "+name)
+	}
+	h := halt(cl)
+	if h == nil {
+		state := "no Progressing condition yet"
+		if p := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionProgressing); p != nil {
+			state = fmt.Sprintf("Progressing is %s, %s", p.Status, p.Reason)
+			if p.Message != "" {
+				state += ": " + p.Message
+			}
+		}
+		return fmt.Errorf("the rollout of cluster %s is not halted (%s): there is nothing to resume", name, state)
+	}
+	value := clk.Now().UTC().Format(time.RFC3339Nano)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationResumeRollout, value)
+	if _, err := c.LikenV1alpha1().Clusters().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "liken"}); err != nil {
+		return kube.Explain(err, "cluster "+name)
+	}
+	fmt.Fprintf(out, "Asked cluster-operator to resume the rollout of cluster %s (halted: %s on %s).\n", name, h.Reason, h.Machine)
+	switch h.Reason {
+	case v1alpha1.ReasonRolloutStalled:
+		fmt.Fprintf(out, "The turn %s held is released; %s asks for a new one when it is back.\n", h.Machine, h.Machine)
+	case v1alpha1.ReasonTrialFailed:
+		fmt.Fprintf(out, "Other machines may now try %s; %s stays on its proven slot.\n", cl.Spec.Version, h.Machine)
+	}
+	fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", name)
+	return nil
+}
