@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -30,14 +29,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/manifests"
 )
 
-// The CRDs, copied from manifests/ (a test keeps the copies identical), so
-// documents are checked with exactly the schema and CEL rules the API server
-// applies.
-//
-//go:embed crds/*.yaml
-var crdFS embed.FS
+// crdFiles are liken's CRDs in manifests/: documents are checked with
+// exactly the schema and CEL rules the API server applies.
+var crdFiles = []string{"10-crd-cluster.yaml", "11-crd-machine.yaml"}
 
 // Kinds a layer holds.
 const (
@@ -59,18 +56,14 @@ type kindValidator struct {
 
 var loadValidators = sync.OnceValues(func() (map[string]*kindValidator, error) {
 	out := map[string]*kindValidator{}
-	entries, err := crdFS.ReadDir("crds")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		b, err := crdFS.ReadFile("crds/" + e.Name())
+	for _, name := range crdFiles {
+		b, err := manifests.FS.ReadFile(name)
 		if err != nil {
 			return nil, err
 		}
 		var crd apiextv1.CustomResourceDefinition
 		if err := yaml.UnmarshalStrict(b, &crd); err != nil {
-			return nil, fmt.Errorf("built-in CRD %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("built-in CRD %s: %w", name, err)
 		}
 		for _, v := range crd.Spec.Versions {
 			if v.Name != v1alpha1.SchemeGroupVersion.Version || v.Schema == nil {
@@ -78,15 +71,15 @@ var loadValidators = sync.OnceValues(func() (map[string]*kindValidator, error) {
 			}
 			var internal apiextensions.JSONSchemaProps
 			if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
-				return nil, fmt.Errorf("built-in CRD %s: %w", e.Name(), err)
+				return nil, fmt.Errorf("built-in CRD %s: %w", name, err)
 			}
 			s, err := structuralschema.NewStructural(&internal)
 			if err != nil {
-				return nil, fmt.Errorf("built-in CRD %s: %w", e.Name(), err)
+				return nil, fmt.Errorf("built-in CRD %s: %w", name, err)
 			}
 			sv, _, err := validation.NewSchemaValidator(&internal)
 			if err != nil {
-				return nil, fmt.Errorf("built-in CRD %s: %w", e.Name(), err)
+				return nil, fmt.Errorf("built-in CRD %s: %w", name, err)
 			}
 			out[crd.Spec.Names.Kind] = &kindValidator{
 				structural: s,

@@ -1,8 +1,6 @@
 package layer
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,18 +8,6 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
 )
-
-// The embedded CRDs must be the ones in manifests/: the layer is checked
-// with exactly the rules the API server applies. go test -update copies them.
-func TestEmbeddedCRDsMatchManifests(t *testing.T) {
-	for _, name := range []string{"10-crd-cluster.yaml", "11-crd-machine.yaml"} {
-		want, err := os.ReadFile(filepath.Join("..", "..", "manifests", name))
-		assert.NilError(t, err)
-		abs, err := filepath.Abs(filepath.Join("crds", name))
-		assert.NilError(t, err)
-		golden.Assert(t, string(want), abs, "crds/%s differs from manifests/%s: run go test ./cli/layer -update", name, name)
-	}
-}
 
 const validCluster = `apiVersion: liken.sh/v1alpha1
 kind: Cluster
