@@ -83,6 +83,22 @@ func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
 		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}
 	e.lk = likenfake.NewSimpleClientset(c, m)
+	// Like the API server, a status update changes only the status.
+	e.lk.PrependReactor("update", "machines", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ua := a.(k8stesting.UpdateAction)
+		if ua.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		in := ua.GetObject().(*likenv1.Machine)
+		gvr := likenv1.SchemeGroupVersion.WithResource("machines")
+		cur, err := e.lk.Tracker().Get(gvr, "", in.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		out := cur.(*likenv1.Machine).DeepCopy()
+		out.Status = in.Status
+		return true, out, e.lk.Tracker().Update(gvr, out, "")
+	})
 	e.kube = kubefake.NewClientset(node)
 	e.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ca := a.(k8stesting.CreateAction)

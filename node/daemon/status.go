@@ -108,8 +108,11 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
 				fmt.Sprintf("change %s (%s) waits for a reboot turn from cluster-operator under the disruption budget", st.Change, pendingFields(st.Pending)))
 		} else {
-			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingApproval,
-				fmt.Sprintf("change %s (%s) waits for approval: run `liken approve-reboot %s %s`", st.Change, pendingFields(st.Pending), m.Spec.Cluster, m.Name))
+			msg := fmt.Sprintf("change %s (%s) waits for approval: run `liken approve-reboot %s %s`", st.Change, pendingFields(st.Pending), m.Spec.Cluster, m.Name)
+			if e := ledgerEntry(v.c, m.Name); e != nil && e.Change == st.Change {
+				msg += "; the Cluster's ledger lists a turn for it, which the machine takes only once approved"
+			}
+			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingApproval, msg)
 		}
 	case st.Phase == likenv1.MachineUpdating || st.Phase == likenv1.MachineRebooting:
 		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "TurnTaken", fmt.Sprintf("the machine holds its turn for change %s", st.Change))

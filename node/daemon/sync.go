@@ -31,6 +31,7 @@ const (
 	ReasonReleaseWithdrawn  = "ReleaseWithdrawn"
 	ReasonTurnStarted       = "TurnStarted"
 	ReasonTurnTakenBack     = "TurnTakenBack"
+	ReasonTurnResumed       = "TurnResumed"
 	ReasonDrainBlocked      = likenv1.ConditionDrainBlocked
 	ReasonDrained           = "Drained"
 	ReasonSlotRecheckFailed = "SlotRecheckFailed"

@@ -73,11 +73,12 @@ func (d *Daemon) syncTurn(ctx context.Context, v *view) {
 	if t := d.st.Turn; t != nil && t.BootID == d.o.Boot.BootID {
 		// A turn this boot started before the daemon restarted.
 		if !granted(t.Change) || v.change != t.Change || d.mode != modeNormal {
-			log.Info("Dropping the turn a previous run started: it is no longer granted or no longer matches", "change", t.Change)
+			log.Info("Dropping the turn a previous run started: it is no longer granted or no longer matches", "change", t.Change, "now", v.change, "ledger", entry, "mode", d.modeName())
 			d.dropTurnRecord(ctx)
 			return
 		}
 		log.Info("Resuming the turn a previous run started", "change", t.Change)
+		d.event(v.m, v.c, "Normal", ReasonTurnResumed, "TakeTurn", "Resumed the turn for change %s that liken-node started before it restarted", t.Change)
 		d.startTurn(ctx, v, false)
 		return
 	}

@@ -1,0 +1,296 @@
+package daemon_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/daemon"
+	"liken.sh/liken/node/daemon/daemontest"
+)
+
+// classCase changes one declared field.
+type classCase struct {
+	field   string
+	class   likenv1.DisruptionClass
+	machine func(*likenv1.Machine)
+	cluster func(*likenv1.Cluster)
+}
+
+var classCases = []classCase{
+	{field: changes.FieldRole, class: likenv1.ClassReboot, machine: func(m *likenv1.Machine) { m.Spec.Role = likenv1.RoleLeader }},
+	{field: changes.FieldRebootPolicy, class: likenv1.ClassLive, machine: func(m *likenv1.Machine) { m.Spec.RebootPolicy = likenv1.RebootManual }},
+	{field: changes.FieldDisks, class: likenv1.ClassNextBoot, machine: func(m *likenv1.Machine) {
+		m.Spec.Disks = []likenv1.Disk{{Device: "/dev/vdb", MountPoint: "/var/lib/data"}}
+	}},
+	{field: changes.FieldPorts, class: likenv1.ClassReboot, machine: func(m *likenv1.Machine) {
+		m.Spec.Ports = []likenv1.Port{{Name: "eth1", Addresses: []string{"10.1.0.5/24"}}}
+	}},
+	{field: changes.FieldKernelModules, class: likenv1.ClassReboot, machine: func(m *likenv1.Machine) {
+		m.Spec.KernelModules = []likenv1.KernelModule{{Name: "vfio_pci", Parameters: []string{"ids=10de:1db6"}}}
+	}},
+	{field: changes.FieldEndpoint, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Network.Endpoint = "https://10.0.0.20:6443" }},
+	{field: changes.FieldPodCIDR, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Network.PodCIDR = "10.52.0.0/16" }},
+	{field: changes.FieldServiceCIDR, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Network.ServiceCIDR = "10.53.0.0/16" }},
+	{field: changes.FieldClusterDNS, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Network.ClusterDNS = "10.53.0.10" }},
+	{field: changes.FieldNTPServers, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.NTPServers = []string{"ntp.example.com"} }},
+	{field: changes.FieldSysctls, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.Sysctls["net.core.somaxconn"] = "4096" }},
+	{field: changes.FieldRegistryMirrors, class: likenv1.ClassRestartK3s, cluster: func(c *likenv1.Cluster) {
+		c.Spec.Settings.RegistryMirrors = []likenv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"https://mirror.example.com"}}}
+	}},
+	{field: changes.FieldK3sArgs, class: likenv1.ClassRestartK3s, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = []string{"--kubelet-arg=max-pods=200"} }},
+	{field: changes.FieldKernelArgs, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.KernelArgs = []string{"mitigations=off"} }},
+	{field: changes.FieldBanner, class: likenv1.ClassNextBoot, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.Banner = "welcome" }},
+}
+
+func (e *env) change(tc classCase) {
+	e.t.Helper()
+	if tc.machine != nil {
+		e.editMachine(tc.machine)
+	}
+	if tc.cluster != nil {
+		e.editCluster(tc.cluster)
+	}
+}
+
+// recorded waits for the recorder to log op with field.
+func (e *env) recorded(op, field string) changes.Record {
+	e.t.Helper()
+	var rec changes.Record
+	poll.WaitOn(e.t, func(poll.LogT) poll.Result {
+		for _, r := range e.m.Recorder.Records() {
+			if r.Op == op && (field == "" || slices.Contains(r.Fields, field)) {
+				rec = r
+				return poll.Success()
+			}
+		}
+		return poll.Continue("no %s of %s recorded", op, field)
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(5*time.Millisecond))
+	return rec
+}
+
+// TestClassOfEveryFieldReachesTheMachine changes each declared field of a
+// Ready machine and checks what the machine does: Live applies within
+// seconds and asks for no turn, RestartK3s restarts k3s in place and asks
+// for no turn, NextBoot waits for the next boot and asks for no turn,
+// Reboot is staged in status.pending and takes exactly one turn.
+func TestClassOfEveryFieldReachesTheMachine(t *testing.T) {
+	assert.Equal(t, len(classCases), len(changes.Fields), "every field of the class table has a case")
+	for _, tc := range classCases {
+		t.Run(tc.field, func(t *testing.T) {
+			e := newEnv(t, likenv1.RebootAuto)
+			r := e.start()
+			e.waitPhase(likenv1.MachineReady)
+			start := time.Now()
+			e.change(tc)
+			switch tc.class {
+			case likenv1.ClassLive, likenv1.ClassRestartK3s:
+				op := changes.OpLive
+				if tc.class == likenv1.ClassRestartK3s {
+					op = changes.OpRestartK3s
+				}
+				e.recorded(op, tc.field)
+				took := time.Since(start)
+				assert.Assert(t, took < 5*time.Second, "a %s change took %s", tc.class, took)
+				t.Logf("%s applied in %s", tc.field, took.Round(time.Millisecond))
+				m := e.waitFor("the change reported", func(m *likenv1.Machine) bool {
+					return m.Status.ObservedGeneration == m.Generation && m.Status.Phase == likenv1.MachineReady
+				})
+				assert.Equal(t, m.Status.Change, "")
+				assert.Assert(t, is.Len(m.Status.Pending, 0))
+			case likenv1.ClassNextBoot:
+				e.recorded(changes.OpStageBoot, tc.field)
+				m := e.waitFor("waiting for the next boot", func(m *likenv1.Machine) bool {
+					return cond(m, daemon.ConditionConfigApplied).Reason == "WaitingForNextBoot"
+				})
+				assert.Equal(t, m.Status.Phase, likenv1.MachineReady)
+				assert.Equal(t, m.Status.Change, "", "a NextBoot change asks for no turn")
+				// A power cycle (not a turn) applies it.
+				assert.NilError(t, r.Stop())
+				r = e.start()
+				e.waitFor("applied at boot", func(m *likenv1.Machine) bool {
+					return m.Status.Observed.BootID == r.Boot.BootID && cond(m, daemon.ConditionConfigApplied).Reason == "Applied"
+				})
+				boots := e.m.Recorder.Count(changes.OpBoot)
+				assert.Equal(t, boots, 2)
+			case likenv1.ClassReboot:
+				m := e.waitPhase(likenv1.MachineRebootPending)
+				assert.Equal(t, len(m.Status.Pending), 1)
+				assert.Equal(t, m.Status.Pending[0].Field, tc.field)
+				assert.Equal(t, m.Status.Pending[0].Class, likenv1.ClassReboot)
+				assert.Assert(t, m.Status.Change != "")
+				assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn)
+				e.grant()
+				waitExit(t, r)
+				r = e.start()
+				m = e.waitFor("Ready after the reboot", func(m *likenv1.Machine) bool {
+					return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
+				})
+				assert.Equal(t, m.Status.Change, "", "nothing left to ask a turn for")
+				assert.Equal(t, e.m.Boots(), 2, "exactly one reboot")
+				e.revoke() // cluster-operator ends the turn
+				e.waitFor("still Ready", func(m *likenv1.Machine) bool { return m.Status.Phase == likenv1.MachineReady })
+			}
+			if tc.class != likenv1.ClassNextBoot && tc.class != likenv1.ClassReboot {
+				assert.Equal(t, e.m.Boots(), 1, "no reboot")
+				exited, _ := r.Exited()
+				assert.Assert(t, !exited)
+			}
+		})
+	}
+}
+
+// TestManualApprovalCoversOnlyItsChange: an approval names one change; a
+// newer change needs a new approval, and a granted turn is not taken
+// without it.
+func TestManualApprovalCoversOnlyItsChange(t *testing.T) {
+	e := newEnv(t, likenv1.RebootManual)
+	r := e.start()
+	e.waitPhase(likenv1.MachineReady)
+	e.editMachine(func(m *likenv1.Machine) {
+		m.Spec.KernelModules = []likenv1.KernelModule{{Name: "vfio_pci"}}
+	})
+	m := e.waitPhase(likenv1.MachineRebootPending)
+	first := m.Status.Change
+	assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingApproval)
+	e.editMachine(func(m *likenv1.Machine) { m.Annotations[likenv1.AnnotationApprovedChange] = first })
+	e.waitFor("approved", func(m *likenv1.Machine) bool {
+		return cond(m, likenv1.ConditionRebootPending).Reason == likenv1.ReasonAwaitingTurn
+	})
+
+	// A newer change makes the approval stale.
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.KernelArgs = []string{"quiet"} })
+	m = e.waitFor("a new change", func(m *likenv1.Machine) bool {
+		return m.Status.Change != "" && m.Status.Change != first
+	})
+	second := m.Status.Change
+	m = e.waitFor("awaiting approval again", func(m *likenv1.Machine) bool {
+		return cond(m, likenv1.ConditionRebootPending).Reason == likenv1.ReasonAwaitingApproval
+	})
+	assert.Assert(t, is.Contains(cond(m, likenv1.ConditionRebootPending).Message, "liken approve-reboot c1 m1"))
+	assert.Equal(t, len(m.Status.Pending), 2)
+
+	// Even a granted turn is not taken without the approval of this change.
+	e.grantChange(second)
+	e.waitFor("the machine saw the grant", func(m *likenv1.Machine) bool {
+		return is.Contains(cond(m, likenv1.ConditionRebootPending).Message, "ledger lists a turn")().Success()
+	})
+	assert.Assert(t, !e.node().Spec.Unschedulable, "no cordon without approval")
+	assert.Equal(t, e.m.Boots(), 1)
+
+	e.editMachine(func(m *likenv1.Machine) { m.Annotations[likenv1.AnnotationApprovedChange] = second })
+	waitExit(t, r)
+	assert.Equal(t, e.node().Annotations[likenv1.AnnotationCordoned], second)
+}
+
+// TestRequestReboot: a new value of liken.sh/request-reboot takes one
+// turn, one cordon, one drain and one reboot.
+func TestRequestReboot(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.addPod("web", false)
+	r := e.start()
+	e.waitPhase(likenv1.MachineReady)
+	e.editMachine(func(m *likenv1.Machine) { m.Annotations[likenv1.AnnotationRequestReboot] = "2026-11-30T10:00:00Z" })
+	m := e.waitPhase(likenv1.MachineRebootPending)
+	assert.Equal(t, m.Status.Pending[0].Field, changes.FieldRebootRequest)
+	e.grant()
+	waitExit(t, r)
+	assert.DeepEqual(t, e.evictions(), []string{"web"})
+	r = e.start()
+	m = e.waitFor("Ready after the requested reboot", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
+	})
+	assert.Equal(t, m.Status.ObservedRebootRequest, "2026-11-30T10:00:00Z")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if e.node().Spec.Unschedulable {
+			return poll.Continue("still cordoned")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
+}
+
+// TestDrainBlockedThenTurnTakenBack: a PodDisruptionBudget that allows no
+// disruption blocks the drain past its timeout (condition and event name
+// pod and budget); when the turn is taken back the machine uncordons and
+// waits again, without rebooting.
+func TestDrainBlockedThenTurnTakenBack(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.addPod("db", false)
+	_, err := e.kube.PolicyV1().PodDisruptionBudgets("app").Create(context.Background(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-pdb", Namespace: "app"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: &intstr.IntOrString{Type: intstr.Int, IntVal: 0},
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+		},
+	}, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	e.setRefuse("db", true)
+	r := e.start()
+	e.waitPhase(likenv1.MachineReady)
+	e.editMachine(func(m *likenv1.Machine) { m.Annotations[likenv1.AnnotationRequestReboot] = "1" })
+	e.waitPhase(likenv1.MachineRebootPending)
+	change := e.grant()
+	m := e.waitFor("DrainBlocked", func(m *likenv1.Machine) bool {
+		return cond(m, likenv1.ConditionDrainBlocked).Status == metav1.ConditionTrue
+	})
+	assert.Equal(t, m.Status.Phase, likenv1.MachineRebooting)
+	msg := cond(m, likenv1.ConditionDrainBlocked).Message
+	assert.Assert(t, is.Contains(msg, "app/db"))
+	assert.Assert(t, is.Contains(msg, "app/db-pdb"))
+	e.waitEvent(daemon.ReasonDrainBlocked, "app/db-pdb")
+	assert.Equal(t, e.node().Annotations[likenv1.AnnotationCordoned], change)
+
+	// A restart of the daemon mid-drain resumes the turn.
+	assert.NilError(t, r.Stop())
+	r = e.m.StartIn(t, e.options(), r.Boot)
+	e.waitEvent(daemon.ReasonTurnResumed, change)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		n := 0
+		for _, ev := range e.events() {
+			if strings.HasPrefix(ev, daemon.ReasonDrainBlocked+": ") {
+				n++
+			}
+		}
+		if n >= 2 {
+			return poll.Success()
+		}
+		return poll.Continue("the resumed drain has not reported DrainBlocked yet")
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
+	m = e.machine()
+	assert.Equal(t, m.Status.Phase, likenv1.MachineRebooting)
+	assert.Equal(t, cond(m, likenv1.ConditionDrainBlocked).Status, metav1.ConditionTrue)
+
+	e.revoke()
+	m = e.waitFor("turn given back", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineRebootPending && cond(m, likenv1.ConditionDrainBlocked).Status == metav1.ConditionFalse
+	})
+	assert.Equal(t, m.Status.Change, change, "the same change still waits")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if n := e.node(); n.Spec.Unschedulable || n.Annotations[likenv1.AnnotationCordoned] != "" {
+			return poll.Continue("still cordoned")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
+	e.waitEvent(daemon.ReasonTurnTakenBack, change)
+	exited, _ := r.Exited()
+	assert.Assert(t, !exited, "no reboot")
+	assert.Equal(t, e.m.Boots(), 1)
+
+	// Granted again and unblocked: one reboot.
+	e.setRefuse("db", false)
+	e.grant()
+	waitExit(t, r)
+}
+
+var _ = daemontest.NewChannel
