@@ -112,8 +112,6 @@ func notWaiting(clusterName string, m *v1alpha1.Machine) error {
 	switch {
 	case phase == "":
 		return fmt.Errorf("%s: it has not reported a status yet (is its node daemon running?)", why)
-	case fleet.AwaitingTurn(m) && m.Spec.RebootPolicy == v1alpha1.RebootAuto:
-		return fmt.Errorf("%s: its rebootPolicy is Auto, so it takes its turn without approval (it waits for its turn now)", why)
 	case phase == v1alpha1.MachineReady:
 		return fmt.Errorf("%s: it is Ready with nothing staged. To reboot it anyway: liken request-reboot %s %s", why, clusterName, m.Name)
 	case phase == v1alpha1.MachineDownloading:
@@ -124,6 +122,8 @@ func notWaiting(clusterName string, m *v1alpha1.Machine) error {
 		return fmt.Errorf("%s: it is Lost (no heartbeat for 40 s). Bring it back first; kubectl describe machine %s shows its last report", why, m.Name)
 	case phase == v1alpha1.MachineDegraded:
 		return fmt.Errorf("%s: it is Degraded and needs a person; kubectl describe machine %s shows why", why, m.Name)
+	case fleet.AwaitingTurn(m) && m.Spec.RebootPolicy == v1alpha1.RebootAuto:
+		return fmt.Errorf("%s: its rebootPolicy is Auto, so it takes its turn without approval (it waits for its turn now)", why)
 	case m.Status.Change == "":
 		return fmt.Errorf("%s: it reports phase %s but no staged change (status.change is empty); wait for its next report", why, phase)
 	}
@@ -159,7 +159,8 @@ func Approve(ctx context.Context, c versioned.Interface, clusterName, machineNam
 			fmt.Fprintf(out, "Machine %s was already approved for its staged change (%s).\n", m.Name, fleet.DescribeChange(m))
 			return explainNext(ctx, c, cl, m, out)
 		}
-		if !fleet.AwaitingApproval(m) || m.Status.Change == "" {
+		pending := m.Status.Phase == v1alpha1.MachineUpdatePending || m.Status.Phase == v1alpha1.MachineRebootPending
+		if !pending || !fleet.AwaitingApproval(m) || m.Status.Change == "" {
 			return notWaiting(clusterName, m)
 		}
 		err = patchAnnotation(ctx, c, m, v1alpha1.AnnotationApprovedChange, m.Status.Change)

@@ -361,7 +361,7 @@ func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bo
 	}
 	progress := fmt.Sprintf("[machines %d/%d", t.ready, t.total)
 	if downloading {
-		progress += fmt.Sprintf(", downloaded %s of %s", cmdutil.HumanBytes(done), cmdutil.HumanBytes(total))
+		progress += fmt.Sprintf(", downloading: %s of %s", cmdutil.HumanBytes(done), cmdutil.HumanBytes(total))
 	}
 	progress += "]"
 

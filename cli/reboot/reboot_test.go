@@ -1,0 +1,155 @@
+package reboot
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/golden"
+
+	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/generated/clientset/versioned/fake"
+)
+
+// fixture is cluster mycluster: three leaders, two workers. node-2 holds a
+// turn; node-1 and node-3 (leaders) and node-5 wait for their turn; node-4
+// (Manual) waits for approval of its staged release.
+func fixture() []runtime.Object {
+	const c = "mycluster"
+	cl := fleet.TestCluster(c, "1")
+	cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: "node-2", Reason: v1alpha1.TurnRelease, Change: "c2", Leader: true, GrantedAt: fleet.Since}}
+	cl.Status.Turns = "node-2"
+	n1 := fleet.TestMachine("node-1", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
+	fleet.SetReady(n1, fleet.Version2)
+	n2 := fleet.TestMachine("node-2", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
+	fleet.SetStaged(n2, fleet.Version1, fleet.Version2, "c2")
+	n2.Status.Phase = v1alpha1.MachineUpdating
+	n3 := fleet.TestMachine("node-3", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
+	fleet.SetStaged(n3, fleet.Version1, fleet.Version2, "c3")
+	n4 := fleet.TestMachine("node-4", c, v1alpha1.RoleWorker, v1alpha1.RebootManual)
+	fleet.SetStaged(n4, fleet.Version1, fleet.Version2, "c4")
+	n5 := fleet.TestMachine("node-5", c, v1alpha1.RoleWorker, v1alpha1.RebootAuto)
+	fleet.SetStaged(n5, fleet.Version1, fleet.Version2, "c5")
+	other := fleet.TestCluster("other", "1")
+	o1 := fleet.TestMachine("other-1", "other", v1alpha1.RoleLeader, v1alpha1.RebootManual)
+	fleet.SetStaged(o1, fleet.Version1, fleet.Version2, "o1")
+	return []runtime.Object{cl, n1, n2, n3, n4, n5, other, o1}
+}
+
+func TestApprove(t *testing.T) {
+	c := fake.NewSimpleClientset(fixture()...)
+	var out bytes.Buffer
+	assert.NilError(t, Approve(context.Background(), c, "mycluster", "node-4", &out))
+	golden.Assert(t, out.String(), "approve.golden")
+	m, err := c.LikenV1alpha1().Machines().Get(context.Background(), "node-4", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, m.Annotations[v1alpha1.AnnotationApprovedChange], "c4")
+
+	// Approving again changes nothing and says so.
+	out.Reset()
+	assert.NilError(t, Approve(context.Background(), c, "mycluster", "node-4", &out))
+	assert.Assert(t, is.Contains(out.String(), "was already approved"))
+}
+
+func TestApproveBlocked(t *testing.T) {
+	objs := fixture()
+	cl := objs[0].(*v1alpha1.Cluster)
+	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-2", Version: fleet.Version2, Since: fleet.Since}
+	c := fake.NewSimpleClientset(objs...)
+	var out bytes.Buffer
+	assert.NilError(t, Approve(context.Background(), c, "mycluster", "node-4", &out))
+	assert.Assert(t, is.Contains(out.String(), "Blocked:         the rollout is halted (TrialFailed on node-2): no turn is granted until a person resumes it with liken rollout resume mycluster"))
+}
+
+func TestApproveRefuses(t *testing.T) {
+	tests := []struct {
+		name    string
+		cluster string
+		machine string
+		change  func(m *v1alpha1.Machine)
+		want    string
+	}{
+		{name: "other cluster", cluster: "mycluster", machine: "other-1",
+			want: "machine other-1 is not in cluster mycluster: it belongs to cluster other (did you mean: liken approve-reboot other other-1?)"},
+		{name: "no such machine", cluster: "mycluster", machine: "node-9", want: "machine node-9 not found"},
+		{name: "no such cluster", cluster: "nope", machine: "node-4", want: "machine node-4 is not in cluster nope"},
+		{name: "ready", cluster: "mycluster", machine: "node-1",
+			want: "machine node-1 is not waiting for approval: it is Ready with nothing staged. To reboot it anyway: liken request-reboot mycluster node-1"},
+		{name: "auto", cluster: "mycluster", machine: "node-5",
+			want: "machine node-5 is not waiting for approval: its rebootPolicy is Auto, so it takes its turn without approval"},
+		{name: "holds its turn", cluster: "mycluster", machine: "node-2", want: "it already holds its turn (phase Updating)"},
+		{name: "downloading", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) {
+			m.Status = v1alpha1.MachineStatus{Phase: v1alpha1.MachineDownloading, Version: fleet.Version1,
+				Download: &v1alpha1.DownloadProgress{Version: fleet.Version2, BytesDone: 100 << 20, BytesTotal: 400 << 20}}
+		}, want: "it is still downloading 2026.10.12-001 (100.0 MiB of 400.0 MiB). It asks for approval once the release is verified and staged"},
+		{name: "lost", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status.Phase = v1alpha1.MachineLost },
+			want: "it is Lost (no heartbeat for 40 s)"},
+		{name: "degraded", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status.Phase = v1alpha1.MachineDegraded },
+			want: "it is Degraded and needs a person; kubectl describe machine node-4 shows why"},
+		{name: "no status", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status = v1alpha1.MachineStatus{} },
+			want: "it has not reported a status yet"},
+		{name: "no change", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status.Change = "" },
+			want: "no staged change (status.change is empty)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := fixture()
+			for _, o := range objs {
+				if m, ok := o.(*v1alpha1.Machine); ok && m.Name == tc.machine && tc.change != nil {
+					tc.change(m)
+				}
+			}
+			c := fake.NewSimpleClientset(objs...)
+			var out bytes.Buffer
+			err := Approve(context.Background(), c, tc.cluster, tc.machine, &out)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Equal(t, out.String(), "")
+			if m, err := c.LikenV1alpha1().Machines().Get(context.Background(), tc.machine, metav1.GetOptions{}); err == nil {
+				_, approved := m.Annotations[v1alpha1.AnnotationApprovedChange]
+				assert.Assert(t, !approved, "approved anyway")
+			}
+		})
+	}
+}
+
+func TestRequest(t *testing.T) {
+	c := fake.NewSimpleClientset(fixture()...)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	var out bytes.Buffer
+	assert.NilError(t, Request(context.Background(), c, clk, "mycluster", "node-4", &out))
+	golden.Assert(t, out.String(), "request-manual.golden")
+	m, err := c.LikenV1alpha1().Machines().Get(context.Background(), "node-4", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, m.Annotations[v1alpha1.AnnotationRequestReboot], "2026-11-30T12:00:00Z")
+
+	// While the request is pending, asking again does nothing.
+	out.Reset()
+	clk.SetTime(clk.Now().Add(time.Minute))
+	assert.NilError(t, Request(context.Background(), c, clk, "mycluster", "node-4", &out))
+	assert.Assert(t, is.Contains(out.String(), "already has a reboot request pending (made 2026-11-30T12:00:00Z)"))
+
+	// Once the machine acted on it, a new request gets a new value.
+	m.Status.ObservedRebootRequest = "2026-11-30T12:00:00Z"
+	_, err = c.LikenV1alpha1().Machines().UpdateStatus(context.Background(), m, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	out.Reset()
+	assert.NilError(t, Request(context.Background(), c, clk, "mycluster", "node-4", &out))
+	m, err = c.LikenV1alpha1().Machines().Get(context.Background(), "node-4", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, m.Annotations[v1alpha1.AnnotationRequestReboot], "2026-11-30T12:01:00Z")
+
+	out.Reset()
+	assert.NilError(t, Request(context.Background(), c, clk, "mycluster", "node-5", &out))
+	golden.Assert(t, out.String(), "request-auto.golden")
+
+	err = Request(context.Background(), c, clk, "other", "node-5", &out)
+	assert.ErrorContains(t, err, "machine node-5 is not in cluster other: it belongs to cluster mycluster (did you mean: liken request-reboot mycluster node-5?)")
+}

@@ -1,0 +1,235 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/golden"
+	"gotest.tools/v3/poll"
+
+	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/generated/clientset/versioned/fake"
+)
+
+// rolloutSteps is a scripted rollout of three machines from Version1 to
+// Version2: each step changes the fleet the way machines and
+// cluster-operator would.
+func rolloutSteps() (*v1alpha1.Cluster, []*v1alpha1.Machine, []func()) {
+	cl := fleet.TestCluster("lab", "1")
+	cl.Generation, cl.Status.ObservedGeneration = 2, 2
+	cl.Status.Phase = v1alpha1.ClusterUpdating
+	var ms []*v1alpha1.Machine
+	for _, n := range []string{"node-1", "node-2", "node-3"} {
+		role := v1alpha1.RoleWorker
+		if n == "node-1" {
+			role = v1alpha1.RoleLeader
+		}
+		m := fleet.TestMachine(n, "lab", role, v1alpha1.RebootAuto)
+		fleet.SetReady(m, fleet.Version1)
+		ms = append(ms, m)
+	}
+	download := func(m *v1alpha1.Machine, done int64) {
+		m.Status.Phase = v1alpha1.MachineDownloading
+		m.Status.Download = &v1alpha1.DownloadProgress{Version: fleet.Version2, BytesDone: done, BytesTotal: 300 << 20}
+	}
+	stage := func(m *v1alpha1.Machine) { fleet.SetStaged(m, fleet.Version1, fleet.Version2, "c-"+m.Name) }
+	turn := func(m *v1alpha1.Machine) {
+		m.Status.Phase = v1alpha1.MachineUpdating
+		cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: m.Name, Reason: v1alpha1.TurnRelease, GrantedAt: fleet.Since}}
+	}
+	done := func(m *v1alpha1.Machine) {
+		fleet.SetReady(m, fleet.Version2)
+		m.Status.Slot = "B"
+		cl.Status.RebootTurns = nil
+	}
+	steps := []func(){
+		func() {},
+		func() { download(ms[0], 0); download(ms[1], 0); download(ms[2], 0) },
+		func() { ms[0].Status.Download.BytesDone = 100 << 20 }, // progress alone prints nothing
+		func() { stage(ms[0]); download(ms[1], 300<<20); download(ms[2], 150<<20) },
+		func() { stage(ms[1]); stage(ms[2]) },
+		func() { turn(ms[0]) },
+		func() {
+			ms[1].Status.Conditions = append(ms[1].Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDrainBlocked, Status: metav1.ConditionTrue,
+				Reason: "PodDisruptionBudget", Message: "pod shop/web-1 is protected by PodDisruptionBudget shop/web", LastTransitionTime: fleet.Since})
+		},
+		func() { done(ms[0]) },
+		func() { turn(ms[1]); ms[1].Status.Conditions = ms[1].Status.Conditions[:2] },
+		func() { done(ms[1]) },
+		func() { turn(ms[2]) },
+		func() { done(ms[2]) },
+		func() { cl.Status.Phase = v1alpha1.ClusterReady },
+	}
+	return cl, ms, steps
+}
+
+func TestTrackerGolden(t *testing.T) {
+	cl, ms, steps := rolloutSteps()
+	var out bytes.Buffer
+	tr := newTracker(&out)
+	for i, step := range steps {
+		step()
+		complete, err := tr.observe(cl.DeepCopy(), ms)
+		assert.NilError(t, err)
+		assert.Equal(t, complete, i == len(steps)-1, "step %d", i)
+	}
+	golden.Assert(t, out.String(), "status.golden")
+}
+
+func TestTrackerNotCompleteUntilObserved(t *testing.T) {
+	cl, ms, steps := rolloutSteps()
+	for _, s := range steps {
+		s()
+	}
+	cl.Generation = 3 // a newer spec cluster-operator has not seen yet
+	var out bytes.Buffer
+	complete, err := newTracker(&out).observe(cl, ms)
+	assert.NilError(t, err)
+	assert.Assert(t, !complete)
+}
+
+func TestTrackerHalts(t *testing.T) {
+	tests := []struct {
+		name string
+		set  func(cl *v1alpha1.Cluster)
+		want string
+	}{
+		{"stalled", func(cl *v1alpha1.Cluster) {
+			cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonRolloutStalled, Machine: "node-2", Version: fleet.Version2,
+				Message: "node-2 held its turn for 30m without coming back", Since: fleet.Since}
+		}, "the rollout of cluster lab is halted (RolloutStalled on node-2): node-2 held its turn for 30m without coming back\nNext: examine node-2 (kubectl describe machine node-2), then liken rollout resume lab"},
+		{"trial failed", func(cl *v1alpha1.Cluster) {
+			cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: fleet.Version2, Since: fleet.Since}
+		}, "halted (TrialFailed on node-1)\nNext: find why node-1 failed its trial"},
+		{"condition only", func(cl *v1alpha1.Cluster) {
+			cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTrialFailed, Message: "node-3 failed its trial"}}
+		}, "halted (TrialFailed on a machine): node-3 failed its trial"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, ms, _ := rolloutSteps()
+			tc.set(cl)
+			_, err := newTracker(&bytes.Buffer{}).observe(cl, ms)
+			var h *HaltedError
+			assert.Assert(t, errors.As(err, &h))
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	// A halt of an earlier version does not stop a rollout of a new one.
+	cl, ms, _ := rolloutSteps()
+	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: fleet.Version1, Since: fleet.Since}
+	_, err := newTracker(&bytes.Buffer{}).observe(cl, ms)
+	assert.NilError(t, err)
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Status follows the objects through watches until the rollout completes.
+func TestStatusFollows(t *testing.T) {
+	cl, ms, steps := rolloutSteps()
+	objs := []runtime.Object{cl.DeepCopy()}
+	for _, m := range ms {
+		objs = append(objs, m.DeepCopy())
+	}
+	c := fake.NewSimpleClientset(objs...)
+	var out syncBuffer
+	errc := make(chan error, 1)
+	go func() { errc <- Status(context.Background(), c, StatusOptions{Watch: true}, &out) }()
+	ctx := context.Background()
+	for _, step := range steps {
+		step()
+		for _, m := range ms {
+			_, err := c.LikenV1alpha1().Machines().UpdateStatus(ctx, m.DeepCopy(), metav1.UpdateOptions{})
+			assert.NilError(t, err)
+		}
+		_, err := c.LikenV1alpha1().Clusters().UpdateStatus(ctx, cl.DeepCopy(), metav1.UpdateOptions{})
+		assert.NilError(t, err)
+	}
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		select {
+		case err := <-errc:
+			if err != nil {
+				return poll.Error(err)
+			}
+			return poll.Success()
+		default:
+			return poll.Continue("still following:\n%s", out.String())
+		}
+	}, poll.WithTimeout(30*time.Second))
+	assert.Assert(t, is.Contains(out.String(), "Rollout of cluster lab to 2026.10.12-001 complete: 3/3 machines ready."))
+}
+
+func TestStatusPicksCluster(t *testing.T) {
+	ctx := context.Background()
+	err := Status(ctx, fake.NewSimpleClientset(), StatusOptions{}, &bytes.Buffer{})
+	assert.ErrorContains(t, err, "there is no Cluster to follow")
+	c := fake.NewSimpleClientset(fleet.TestCluster("b", "1"), fleet.TestCluster("a", "1"))
+	err = Status(ctx, c, StatusOptions{}, &bytes.Buffer{})
+	assert.ErrorContains(t, err, "there are 2 Clusters (a, b): name the one to follow, such as liken rollout status a")
+	err = Status(ctx, c, StatusOptions{Cluster: "zz", Watch: true}, &bytes.Buffer{})
+	assert.ErrorContains(t, err, "cluster zz not found")
+}
+
+func TestStatusTimeout(t *testing.T) {
+	cl, ms, _ := rolloutSteps()
+	c := fake.NewSimpleClientset(cl, ms[0], ms[1], ms[2])
+	err := Status(context.Background(), c, StatusOptions{Cluster: "lab", Watch: true, Timeout: 300 * time.Millisecond}, &bytes.Buffer{})
+	assert.ErrorContains(t, err, "timed out waiting for the rollout of cluster lab (0/3 machines ready on 2026.10.12-001)")
+}
+
+func TestStatusNoWatch(t *testing.T) {
+	cl, ms, _ := rolloutSteps()
+	c := fake.NewSimpleClientset(cl, ms[0], ms[1], ms[2])
+	var out bytes.Buffer
+	assert.NilError(t, Status(context.Background(), c, StatusOptions{Cluster: "lab"}, &out))
+	golden.Assert(t, out.String(), "status-nowatch.golden")
+}
+
+func TestResume(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	cl := fleet.TestCluster("lab", "1")
+	cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonGranting, Message: "granting turns"}}
+	c := fake.NewSimpleClientset(cl)
+	err := Resume(ctx, c, clk, "lab", &bytes.Buffer{})
+	assert.ErrorContains(t, err, "the rollout of cluster lab is not halted (Progressing is True, Granting: granting turns): there is nothing to resume")
+	err = Resume(ctx, c, clk, "nope", &bytes.Buffer{})
+	assert.ErrorContains(t, err, "cluster nope not found")
+
+	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonRolloutStalled, Machine: "node-2", Since: fleet.Since}
+	_, err = c.LikenV1alpha1().Clusters().UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	var out bytes.Buffer
+	assert.NilError(t, Resume(ctx, c, clk, "lab", &out))
+	golden.Assert(t, out.String(), "resume.golden")
+	got, err := c.LikenV1alpha1().Clusters().Get(ctx, "lab", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, got.Annotations[v1alpha1.AnnotationResumeRollout], "2026-11-30T12:00:00Z")
+}
