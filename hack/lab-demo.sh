@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make lab: bring up a lab fleet (or reuse the running one), publish a new
+# release, catalog it, point spec.version at it, and follow the rollout to
+# the end. The lab keeps running afterwards.
+set -o errexit -o nounset -o pipefail
+cd "$(dirname "$0")/.."
+bin=$PWD/_output/bin
+liken=$bin/liken
+name=${LAB_NAME:-lab}
+
+if "$liken" lab status --name "$name" >/dev/null 2>&1; then
+    echo "Lab $name is already running: upgrading it again."
+    eval "$("$liken" lab status --name "$name" -o json | python3 -c 'import json,sys; print("export KUBECONFIG=" + json.load(sys.stdin)["kubeconfig"])')"
+else
+    # Auto: every machine takes its turn without waiting for approve-reboot.
+    eval "$("$liken" lab up --name "$name" --reboot-policy Auto)"
+fi
+echo
+kubectl get clusters -o wide
+kubectl get machines -o wide
+
+echo
+echo "Publishing a new release into the lab's channel:"
+entry=$("$liken" lab publish --name "$name")
+echo "$entry"
+version=$(sed -n 's/^- version: "\(.*\)"$/\1/p' <<<"$entry")
+digest=$(sed -n 's/^  digest: \(sha256:[0-9a-f]*\)$/\1/p' <<<"$entry")
+
+kubectl annotate cluster "$name" --overwrite liken.sh/check-releases="$(date -Is)" >/dev/null
+echo
+echo "Cataloguing $version and setting spec.version (one edit of the Cluster):"
+kubectl patch cluster "$name" --type json -p "[
+  {\"op\": \"add\", \"path\": \"/spec/releases/catalog/-\", \"value\": {\"version\": \"$version\", \"digest\": \"$digest\"}},
+  {\"op\": \"replace\", \"path\": \"/spec/version\", \"value\": \"$version\"}]"
+echo
+"$liken" rollout status "$name" --timeout 15m
+echo
+kubectl get clusters -o wide
+kubectl get machines -o wide
+cat <<MSG
+
+The lab keeps running. Use it:
+  export KUBECONFIG=$KUBECONFIG
+  kubectl get clusters -o wide; kubectl get machines -o wide
+  $liken lab publish --name $name            # another release (--fault panic|no-rejoin|corrupt)
+  $liken lab power cycle node-4 --name $name
+Stop it:
+  $liken lab down --name $name
+MSG
