@@ -276,3 +276,23 @@ func errNoSignature(b []byte) error {
 	}
 	return fmt.Errorf("not a GRUB environment block: it does not start with %q", strings.TrimSuffix(envSignature, "\n"))
 }
+
+// SetEnv sets name to value in the environment block b in place, exactly
+// as GRUB's save_env and `grub-editenv set` do (the rest of the block
+// keeps its bytes; the size never changes). It fails on bytes that are not
+// an environment block, a broken block, or one without room.
+func SetEnv(b []byte, name, value string) error {
+	if !envOpen(b) {
+		return errNoSignature(b)
+	}
+	if !envSet(b, name, value) {
+		return fmt.Errorf("cannot set %s: the environment block is broken or has no room", name)
+	}
+	return nil
+}
+
+// UnsetEnv removes name from the environment block b in place, as GRUB's
+// save_env (for a variable that is not set) and `grub-editenv unset` do.
+func UnsetEnv(b []byte, name string) {
+	envDelete(b, name)
+}

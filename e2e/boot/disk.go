@@ -1,0 +1,319 @@
+package boote2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"liken.sh/liken/node/boot"
+)
+
+const (
+	sectorSize = 512
+	// partStart is the first sector of the boot partition (1 MiB): GRUB's
+	// core image lives in the gap before it.
+	partStart = 2048
+	// fsBlock is the ext2 block size: with 1 KiB blocks each copy of the
+	// environment is exactly one block.
+	fsBlock = 1024
+)
+
+// DiskSpec describes a test disk.
+type DiskSpec struct {
+	// Scenario is what each slot's init does on a trial boot (see bootinit).
+	Scenario map[boot.Slot]string
+	// Primary and Backup are the two environment copies, written as they
+	// are. A copy must be EnvBlockSize bytes, so that GRUB's save_env and
+	// the tests find it in one block.
+	Primary, Backup []byte
+}
+
+// Disk is a raw disk image: MBR, GRUB's core image, one ext2 partition with
+// /boot/grub (liken's grub.cfg, grubenv, grubenv.bak) and /A, /B (kernel,
+// initramfs with bootinit).
+type Disk struct {
+	Path string
+	// envOffset is the byte offset of each environment copy in the image.
+	envOffset map[string]int64
+}
+
+// BuildDisk builds a disk in dir.
+func (k *Kit) BuildDisk(dir string, spec DiskSpec) (*Disk, error) {
+	for name, b := range map[string][]byte{boot.EnvFile: spec.Primary, boot.BackupFile: spec.Backup} {
+		if len(b) != boot.EnvBlockSize {
+			return nil, fmt.Errorf("test disk: %s must be %d bytes, is %d", name, boot.EnvBlockSize, len(b))
+		}
+	}
+	tree := filepath.Join(dir, "tree")
+	grubDir := filepath.Join(tree, "boot", "grub")
+	if err := os.MkdirAll(grubDir, 0o755); err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{
+		filepath.Join(grubDir, "grub.cfg"):      boot.GrubConfig(),
+		filepath.Join(grubDir, boot.EnvFile):    spec.Primary,
+		filepath.Join(grubDir, boot.BackupFile): spec.Backup,
+	}
+	kernel, err := os.ReadFile(k.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	for _, slot := range []boot.Slot{boot.SlotA, boot.SlotB} {
+		scenario := spec.Scenario[slot]
+		if scenario == "" {
+			scenario = "report"
+		}
+		initrd, err := k.Initramfs(scenario)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Join(tree, string(slot)), 0o755); err != nil {
+			return nil, err
+		}
+		files[filepath.Join(tree, string(slot), "vmlinuz")] = kernel
+		files[filepath.Join(tree, string(slot), "initrd.img")] = initrd
+	}
+	size := int64(0)
+	for p, b := range files {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return nil, err
+		}
+		size += int64(len(b))
+	}
+
+	// The file system: sized for the files plus room, in 1 KiB blocks.
+	fsImg := filepath.Join(dir, "part.img")
+	blocks := (size*5/4)/fsBlock + 4096
+	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext2", "-b", strconv.Itoa(fsBlock), "-L", "liken-boot",
+		"-d", tree, fsImg, strconv.FormatInt(blocks, 10)).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mke2fs: %v\n%s", err, out)
+	}
+	d := &Disk{Path: filepath.Join(dir, "disk.img"), envOffset: map[string]int64{}}
+	for _, name := range []string{boot.EnvFile, boot.BackupFile} {
+		blk, err := bmap(fsImg, "/boot/grub/"+name)
+		if err != nil {
+			return nil, err
+		}
+		d.envOffset[name] = partStart*sectorSize + blk*fsBlock
+	}
+	if err := k.assemble(d.Path, fsImg, blocks*fsBlock); err != nil {
+		return nil, err
+	}
+	os.Remove(fsImg)
+	os.RemoveAll(tree)
+	// The copies must read back from where the tests will look.
+	for name, want := range map[string][]byte{boot.EnvFile: spec.Primary, boot.BackupFile: spec.Backup} {
+		got, err := d.ReadEnv(name)
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(got, want) {
+			return nil, fmt.Errorf("test disk: %s is not at the block debugfs reported", name)
+		}
+	}
+	return d, nil
+}
+
+var bmapOut = regexp.MustCompile(`^\s*(\d+)\s*$`)
+
+// bmap returns the file system block holding the first block of path.
+func bmap(fsImg, path string) (int64, error) {
+	out, err := exec.Command("debugfs", "-R", "bmap "+path+" 0", fsImg).Output()
+	if err != nil {
+		return 0, fmt.Errorf("debugfs bmap %s: %v", path, err)
+	}
+	m := bmapOut.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("debugfs bmap %s: unexpected output %q", path, out)
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	if n == 0 {
+		return 0, fmt.Errorf("debugfs bmap %s: the file has no first block", path)
+	}
+	return n, nil
+}
+
+// assemble writes the disk: GRUB's boot sector with one partition entry,
+// the core image from sector 1 (where boot.img and core.img look for it by
+// default), and the file system from partStart.
+func (k *Kit) assemble(path, fsImg string, fsSize int64) error {
+	mbr, err := os.ReadFile(k.BootImg)
+	if err != nil {
+		return err
+	}
+	core, err := os.ReadFile(k.CoreImg)
+	if err != nil {
+		return err
+	}
+	if len(mbr) != sectorSize {
+		return fmt.Errorf("%s is %d bytes, want %d", k.BootImg, len(mbr), sectorSize)
+	}
+	if len(core) > (partStart-1)*sectorSize {
+		return fmt.Errorf("GRUB core image (%d bytes) does not fit before the partition", len(core))
+	}
+	// As grub-bios-setup does for a hard disk: the jump over the BIOS
+	// drive-number check becomes two NOPs, and the partition table replaces
+	// boot.img's floppy code.
+	mbr[0x66], mbr[0x67] = 0x90, 0x90
+	for i := 0x1be; i < 0x1fe; i++ {
+		mbr[i] = 0
+	}
+	// Partition 1: active, Linux, LBA start and length (CHS fields unused).
+	sectors := uint32(fsSize / sectorSize)
+	e := mbr[0x1be : 0x1be+16]
+	e[0] = 0x80
+	e[1], e[2], e[3] = 0xfe, 0xff, 0xff
+	e[4] = 0x83
+	e[5], e[6], e[7] = 0xfe, 0xff, 0xff
+	binary.LittleEndian.PutUint32(e[8:], partStart)
+	binary.LittleEndian.PutUint32(e[12:], sectors)
+	mbr[510], mbr[511] = 0x55, 0xaa
+
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(mbr, 0); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(core, sectorSize); err != nil {
+		return err
+	}
+	part, err := os.Open(fsImg)
+	if err != nil {
+		return err
+	}
+	defer part.Close()
+	if _, err := f.Seek(partStart*sectorSize, 0); err != nil {
+		return err
+	}
+	if _, err := f.ReadFrom(part); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// ReadEnv reads one environment copy (boot.EnvFile or boot.BackupFile)
+// from the image.
+func (d *Disk) ReadEnv(name string) ([]byte, error) {
+	off, ok := d.envOffset[name]
+	if !ok {
+		return nil, fmt.Errorf("no environment copy %q", name)
+	}
+	f, err := os.Open(d.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, boot.EnvBlockSize)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// WriteEnv overwrites one environment copy in the image in place.
+func (d *Disk) WriteEnv(name string, b []byte) error {
+	off, ok := d.envOffset[name]
+	if !ok {
+		return fmt.Errorf("no environment copy %q", name)
+	}
+	if len(b) != boot.EnvBlockSize {
+		return fmt.Errorf("environment copy must be %d bytes", boot.EnvBlockSize)
+	}
+	f, err := os.OpenFile(d.Path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// Initramfs returns a gzip-compressed newc cpio archive with bootinit as /init, the
+// scenario, and the kernel modules with their load order.
+func (k *Kit) Initramfs(scenario string) ([]byte, error) {
+	w := &cpioWriter{}
+	for _, dir := range []string{"dev", "proc", "sys", "mnt", "lib", "lib/modules"} {
+		w.dir(dir)
+	}
+	w.node("dev/console", 0o600, 5, 1)
+	init, err := os.ReadFile(k.Init)
+	if err != nil {
+		return nil, err
+	}
+	w.file("init", 0o755, init)
+	w.file("scenario", 0o644, []byte(scenario+"\n"))
+	var order []string
+	for _, m := range k.Modules {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			return nil, err
+		}
+		w.file("lib/modules/"+filepath.Base(m), 0o644, b)
+		order = append(order, filepath.Base(m))
+	}
+	w.file("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
+	// Compressed, GRUB reads a third of the bytes through the BIOS, which
+	// is the slow part of a boot under emulation.
+	var z bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&z, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(w.finish()); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return z.Bytes(), nil
+}
+
+// cpioWriter writes the "newc" cpio format the kernel unpacks.
+type cpioWriter struct {
+	buf bytes.Buffer
+	ino int
+}
+
+func (w *cpioWriter) entry(name string, mode uint32, rmajor, rminor int, data []byte) {
+	w.ino++
+	nlink := 1
+	if mode&0o170000 == 0o040000 {
+		nlink = 2
+	}
+	fmt.Fprintf(&w.buf, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+		w.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rmajor, rminor, len(name)+1, 0)
+	w.buf.WriteString(name)
+	w.buf.WriteByte(0)
+	w.pad()
+	w.buf.Write(data)
+	w.pad()
+}
+
+func (w *cpioWriter) pad() {
+	for w.buf.Len()%4 != 0 {
+		w.buf.WriteByte(0)
+	}
+}
+
+func (w *cpioWriter) dir(name string)                         { w.entry(name, 0o040755, 0, 0, nil) }
+func (w *cpioWriter) file(name string, perm uint32, b []byte) { w.entry(name, 0o100000|perm, 0, 0, b) }
+func (w *cpioWriter) node(name string, perm uint32, major, minor int) {
+	w.entry(name, 0o020000|perm, major, minor, nil)
+}
+
+func (w *cpioWriter) finish() []byte {
+	w.entry("TRAILER!!!", 0, 0, 0, nil)
+	return w.buf.Bytes()
+}
