@@ -92,7 +92,7 @@ func (d *Daemon) syncRelease(ctx context.Context, v *view) {
 	case v.target == nil || v.failedTrial != nil:
 		d.cancelDownload()
 		d.dlFailure = nil
-		if v.target == nil && (oi.State == likenv1.SlotStaged || oi.State == likenv1.SlotDownloading) {
+		if v.target == nil && v.c.Spec.Version == d.o.Boot.Version && (oi.State == likenv1.SlotStaged || oi.State == likenv1.SlotDownloading) {
 			if err := d.slots.Withdraw(other); err != nil {
 				log.Error(err, "Withdrawing the release the Cluster no longer wants", "slot", other)
 			} else {

@@ -311,6 +311,8 @@ func (d *Daemon) degraded(v *view) string {
 	switch {
 	case d.mode == modeConfused:
 		return d.confusion
+	case v.target == nil && v.c.Spec.Version != "" && v.c.Spec.Version != d.o.Boot.Version:
+		return fmt.Sprintf("the Cluster's version %s is not in its releases.catalog, so the machine cannot verify it: add its catalog entry (version and digest) or set spec.version back", v.c.Spec.Version)
 	case v.failedTrial != nil:
 		return "the trial of release " + v.failedTrial.Version + " failed: " + v.failedTrial.Reason
 	case d.configErr != nil:
