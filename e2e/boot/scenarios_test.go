@@ -95,6 +95,9 @@ func TestCorruptEnvironment(t *testing.T) {
 	badFlag := bytes.Replace(bytes.Clone(provenB), []byte("liken_trial=0"), []byte("liken_trial=7"), 1)
 	zeroSig := bytes.Clone(aTryB)
 	zeroSig[2] = 'g' // "# gRUB Environment Block": not a block for GRUB
+	// The flag twice: save_env clears the first entry, load_env still reads
+	// the second as 1, so the trial must not happen.
+	twice := bytes.Replace(bytes.Clone(aTryB), []byte("liken_trial=1\n"), []byte("liken_trial=1\nliken_trial=1\n"), 1)[:boot.EnvBlockSize]
 	tests := []struct {
 		name            string
 		primary, backup []byte
@@ -105,6 +108,7 @@ func TestCorruptEnvironment(t *testing.T) {
 		{"primary names B with a bad flag and backup garbage: B", badFlag, garbage, boot.SlotB, false},
 		{"both garbage: A", garbage, garbage, boot.SlotA, false},
 		{"primary signature broken and backup arms B: trial B", zeroSig, aTryB, boot.SlotB, true},
+		{"flag that cannot be cleared: A", twice, aTryB, boot.SlotA, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
