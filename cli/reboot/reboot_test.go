@@ -15,7 +15,7 @@ import (
 	"gotest.tools/v3/golden"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/cli/clitest"
 	"liken.sh/liken/generated/clientset/versioned/fake"
 )
 
@@ -24,23 +24,23 @@ import (
 // (Manual) waits for approval of its staged release.
 func fixture() []runtime.Object {
 	const c = "mycluster"
-	cl := fleet.TestCluster(c, "1")
-	cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: "node-2", Reason: v1alpha1.TurnRelease, Change: "c2", Leader: true, GrantedAt: fleet.Since}}
+	cl := clitest.Cluster(c, "1")
+	cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: "node-2", Reason: v1alpha1.TurnRelease, Change: "c2", Leader: true, GrantedAt: clitest.Since}}
 	cl.Status.Turns = "node-2"
-	n1 := fleet.TestMachine("node-1", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
-	fleet.SetReady(n1, fleet.Version2)
-	n2 := fleet.TestMachine("node-2", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
-	fleet.SetStaged(n2, fleet.Version1, fleet.Version2, "c2")
+	n1 := clitest.Machine("node-1", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
+	clitest.SetReady(n1, clitest.Version2)
+	n2 := clitest.Machine("node-2", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
+	clitest.SetStaged(n2, clitest.Version1, clitest.Version2, "c2")
 	n2.Status.Phase = v1alpha1.MachineUpdating
-	n3 := fleet.TestMachine("node-3", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
-	fleet.SetStaged(n3, fleet.Version1, fleet.Version2, "c3")
-	n4 := fleet.TestMachine("node-4", c, v1alpha1.RoleWorker, v1alpha1.RebootManual)
-	fleet.SetStaged(n4, fleet.Version1, fleet.Version2, "c4")
-	n5 := fleet.TestMachine("node-5", c, v1alpha1.RoleWorker, v1alpha1.RebootAuto)
-	fleet.SetStaged(n5, fleet.Version1, fleet.Version2, "c5")
-	other := fleet.TestCluster("other", "1")
-	o1 := fleet.TestMachine("other-1", "other", v1alpha1.RoleLeader, v1alpha1.RebootManual)
-	fleet.SetStaged(o1, fleet.Version1, fleet.Version2, "o1")
+	n3 := clitest.Machine("node-3", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
+	clitest.SetStaged(n3, clitest.Version1, clitest.Version2, "c3")
+	n4 := clitest.Machine("node-4", c, v1alpha1.RoleWorker, v1alpha1.RebootManual)
+	clitest.SetStaged(n4, clitest.Version1, clitest.Version2, "c4")
+	n5 := clitest.Machine("node-5", c, v1alpha1.RoleWorker, v1alpha1.RebootAuto)
+	clitest.SetStaged(n5, clitest.Version1, clitest.Version2, "c5")
+	other := clitest.Cluster("other", "1")
+	o1 := clitest.Machine("other-1", "other", v1alpha1.RoleLeader, v1alpha1.RebootManual)
+	clitest.SetStaged(o1, clitest.Version1, clitest.Version2, "o1")
 	return []runtime.Object{cl, n1, n2, n3, n4, n5, other, o1}
 }
 
@@ -62,7 +62,7 @@ func TestApprove(t *testing.T) {
 func TestApproveBlocked(t *testing.T) {
 	objs := fixture()
 	cl := objs[0].(*v1alpha1.Cluster)
-	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-2", Version: fleet.Version2, Since: fleet.Since}
+	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-2", Version: clitest.Version2, Since: clitest.Since}
 	c := fake.NewSimpleClientset(objs...)
 	var out bytes.Buffer
 	assert.NilError(t, Approve(context.Background(), c, "mycluster", "node-4", &out))
@@ -87,8 +87,8 @@ func TestApproveRefuses(t *testing.T) {
 			want: "machine node-5 is not waiting for approval: its rebootPolicy is Auto, so it takes its turn without approval"},
 		{name: "holds its turn", cluster: "mycluster", machine: "node-2", want: "it already holds its turn (phase Updating)"},
 		{name: "downloading", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) {
-			m.Status = v1alpha1.MachineStatus{Phase: v1alpha1.MachineDownloading, Version: fleet.Version1,
-				Download: &v1alpha1.DownloadProgress{Version: fleet.Version2, BytesDone: 100 << 20, BytesTotal: 400 << 20}}
+			m.Status = v1alpha1.MachineStatus{Phase: v1alpha1.MachineDownloading, Version: clitest.Version1,
+				Download: &v1alpha1.DownloadProgress{Version: clitest.Version2, BytesDone: 100 << 20, BytesTotal: 400 << 20}}
 		}, want: "it is still downloading 2026.10.12-001 (100.0 MiB of 400.0 MiB). It asks for approval once the release is verified and staged"},
 		{name: "lost", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status.Phase = v1alpha1.MachineLost },
 			want: "it is Lost (no heartbeat for 40 s)"},

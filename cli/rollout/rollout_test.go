@@ -18,7 +18,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/cli/clitest"
 	"liken.sh/liken/generated/clientset/versioned/fake"
 )
 
@@ -26,7 +26,7 @@ import (
 // Version2: each step changes the fleet the way machines and
 // cluster-operator would.
 func rolloutSteps() (*v1alpha1.Cluster, []*v1alpha1.Machine, []func()) {
-	cl := fleet.TestCluster("lab", "1")
+	cl := clitest.Cluster("lab", "1")
 	cl.Generation, cl.Status.ObservedGeneration = 2, 2
 	cl.Status.Phase = v1alpha1.ClusterUpdating
 	var ms []*v1alpha1.Machine
@@ -35,21 +35,21 @@ func rolloutSteps() (*v1alpha1.Cluster, []*v1alpha1.Machine, []func()) {
 		if n == "node-1" {
 			role = v1alpha1.RoleLeader
 		}
-		m := fleet.TestMachine(n, "lab", role, v1alpha1.RebootAuto)
-		fleet.SetReady(m, fleet.Version1)
+		m := clitest.Machine(n, "lab", role, v1alpha1.RebootAuto)
+		clitest.SetReady(m, clitest.Version1)
 		ms = append(ms, m)
 	}
 	download := func(m *v1alpha1.Machine, done int64) {
 		m.Status.Phase = v1alpha1.MachineDownloading
-		m.Status.Download = &v1alpha1.DownloadProgress{Version: fleet.Version2, BytesDone: done, BytesTotal: 300 << 20}
+		m.Status.Download = &v1alpha1.DownloadProgress{Version: clitest.Version2, BytesDone: done, BytesTotal: 300 << 20}
 	}
-	stage := func(m *v1alpha1.Machine) { fleet.SetStaged(m, fleet.Version1, fleet.Version2, "c-"+m.Name) }
+	stage := func(m *v1alpha1.Machine) { clitest.SetStaged(m, clitest.Version1, clitest.Version2, "c-"+m.Name) }
 	turn := func(m *v1alpha1.Machine) {
 		m.Status.Phase = v1alpha1.MachineUpdating
-		cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: m.Name, Reason: v1alpha1.TurnRelease, GrantedAt: fleet.Since}}
+		cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: m.Name, Reason: v1alpha1.TurnRelease, GrantedAt: clitest.Since}}
 	}
 	done := func(m *v1alpha1.Machine) {
-		fleet.SetReady(m, fleet.Version2)
+		clitest.SetReady(m, clitest.Version2)
 		m.Status.Slot = "B"
 		cl.Status.RebootTurns = nil
 	}
@@ -62,7 +62,7 @@ func rolloutSteps() (*v1alpha1.Cluster, []*v1alpha1.Machine, []func()) {
 		func() { turn(ms[0]) },
 		func() {
 			ms[1].Status.Conditions = append(ms[1].Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDrainBlocked, Status: metav1.ConditionTrue,
-				Reason: "PodDisruptionBudget", Message: "pod shop/web-1 is protected by PodDisruptionBudget shop/web", LastTransitionTime: fleet.Since})
+				Reason: "PodDisruptionBudget", Message: "pod shop/web-1 is protected by PodDisruptionBudget shop/web", LastTransitionTime: clitest.Since})
 		},
 		func() { done(ms[0]) },
 		func() { turn(ms[1]); ms[1].Status.Conditions = ms[1].Status.Conditions[:2] },
@@ -106,11 +106,11 @@ func TestTrackerHalts(t *testing.T) {
 		want string
 	}{
 		{"stalled", func(cl *v1alpha1.Cluster) {
-			cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonRolloutStalled, Machine: "node-2", Version: fleet.Version2,
-				Message: "node-2 held its turn for 30m without coming back", Since: fleet.Since}
+			cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonRolloutStalled, Machine: "node-2", Version: clitest.Version2,
+				Message: "node-2 held its turn for 30m without coming back", Since: clitest.Since}
 		}, "the rollout of cluster lab is halted (RolloutStalled on node-2): node-2 held its turn for 30m without coming back\nNext: examine node-2 (kubectl describe machine node-2), then liken rollout resume lab"},
 		{"trial failed", func(cl *v1alpha1.Cluster) {
-			cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: fleet.Version2, Since: fleet.Since}
+			cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: clitest.Version2, Since: clitest.Since}
 		}, "halted (TrialFailed on node-1)\nNext: find why node-1 failed its trial"},
 		{"condition only", func(cl *v1alpha1.Cluster) {
 			cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTrialFailed, Message: "node-3 failed its trial"}}
@@ -128,7 +128,7 @@ func TestTrackerHalts(t *testing.T) {
 	}
 	// A halt of an earlier version does not stop a rollout of a new one.
 	cl, ms, _ := rolloutSteps()
-	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: fleet.Version1, Since: fleet.Since}
+	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: clitest.Version1, Since: clitest.Since}
 	_, err := newTracker(&bytes.Buffer{}).observe(cl, ms)
 	assert.NilError(t, err)
 }
@@ -190,7 +190,7 @@ func TestStatusPicksCluster(t *testing.T) {
 	ctx := context.Background()
 	err := Status(ctx, fake.NewSimpleClientset(), StatusOptions{}, &bytes.Buffer{})
 	assert.ErrorContains(t, err, "there is no Cluster to follow")
-	c := fake.NewSimpleClientset(fleet.TestCluster("b", "1"), fleet.TestCluster("a", "1"))
+	c := fake.NewSimpleClientset(clitest.Cluster("b", "1"), clitest.Cluster("a", "1"))
 	err = Status(ctx, c, StatusOptions{}, &bytes.Buffer{})
 	assert.ErrorContains(t, err, "there are 2 Clusters (a, b): name the one to follow, such as liken rollout status a")
 	err = Status(ctx, c, StatusOptions{Cluster: "zz", Watch: true}, &bytes.Buffer{})
@@ -215,7 +215,7 @@ func TestStatusNoWatch(t *testing.T) {
 func TestResume(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	cl := fleet.TestCluster("lab", "1")
+	cl := clitest.Cluster("lab", "1")
 	cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonGranting, Message: "granting turns"}}
 	c := fake.NewSimpleClientset(cl)
 	err := Resume(ctx, c, clk, "lab", &bytes.Buffer{})
@@ -223,7 +223,7 @@ func TestResume(t *testing.T) {
 	err = Resume(ctx, c, clk, "nope", &bytes.Buffer{})
 	assert.ErrorContains(t, err, "cluster nope not found")
 
-	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonRolloutStalled, Machine: "node-2", Since: fleet.Since}
+	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonRolloutStalled, Machine: "node-2", Since: clitest.Since}
 	_, err = c.LikenV1alpha1().Clusters().UpdateStatus(ctx, cl, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	var out bytes.Buffer

@@ -1,4 +1,5 @@
-package fleet
+// Package clitest builds Clusters and Machines in the states the liken commands are tested against, for unit and end-to-end tests alike.
+package clitest
 
 import (
 	"time"
@@ -9,16 +10,16 @@ import (
 	"liken.sh/liken/apis/liken/v1alpha1"
 )
 
-// Version1 and Version2 are the two releases of TestCluster's catalog.
+// Version1 and Version2 are the two releases of Cluster's catalog.
 const (
 	Version1 = "2026.10.10-001"
 	Version2 = "2026.10.12-001"
 )
 
-// TestCluster returns a Cluster named name on Version2 whose catalog holds
+// Cluster returns a Cluster named name on Version2 whose catalog holds
 // Version1 and Version2, with maxUnavailable mu. Tests of the commands use
 // it, against fakes and the real API server alike.
-func TestCluster(name, mu string) *v1alpha1.Cluster {
+func Cluster(name, mu string) *v1alpha1.Cluster {
 	m := intstr.Parse(mu)
 	return &v1alpha1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -37,9 +38,9 @@ func TestCluster(name, mu string) *v1alpha1.Cluster {
 	}
 }
 
-// TestMachine returns a Machine of cluster with the given role and policy,
+// Machine returns a Machine of cluster with the given role and policy,
 // and no status.
-func TestMachine(name, cluster string, role v1alpha1.MachineRole, policy v1alpha1.RebootPolicy) *v1alpha1.Machine {
+func Machine(name, cluster string, role v1alpha1.MachineRole, policy v1alpha1.RebootPolicy) *v1alpha1.Machine {
 	return &v1alpha1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       v1alpha1.MachineSpec{Cluster: cluster, Role: role, RebootPolicy: policy},
