@@ -520,3 +520,42 @@ func TestRestartResumesAStagedRelease(t *testing.T) {
 	})
 	assert.Equal(t, m.Status.Change, change)
 }
+
+// TestRecheckMismatchRebootsWithoutTrial: a staged slot whose bytes changed
+// after staging is caught by the re-check before the reboot: the machine
+// reboots without a trial, stays on its proven slot, and downloads again.
+func TestRecheckMismatchRebootsWithoutTrial(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	f := filepath.Join(e.m.Root, "slots", "B", "rootfs.squashfs")
+	b, err := os.ReadFile(f)
+	assert.NilError(t, err)
+	b[0] ^= 0xff
+	assert.NilError(t, os.WriteFile(f, b, 0o644))
+	e.grant()
+	waitExit(t, r)
+	st, err := boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotA}, "no trial armed")
+	e.waitEvent(daemon.ReasonSlotRecheckFailed, "Slot B no longer matches")
+
+	// Back on the proven slot, the machine downloads the release again.
+	// cluster-operator keeps the turn until the machine is Ready from a
+	// new boot, so the same turn now reboots it into a trial.
+	r = e.start()
+	assert.Assert(t, !r.Boot.Trial)
+	assert.Equal(t, r.Boot.Version, v1)
+	waitExit(t, r)
+	st, err = boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotA, Trial: boot.SlotB})
+	r = e.start()
+	assert.Assert(t, r.Boot.Trial)
+	m := e.waitFor("Ready on the new release", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
+	})
+	assert.Equal(t, m.Status.Version, v2)
+	assert.Equal(t, e.m.Boots(), 3)
+}

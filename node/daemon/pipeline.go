@@ -80,9 +80,17 @@ func (d *Daemon) syncRelease(ctx context.Context, v *view) {
 		}
 	}
 
-	if d.mode != modeNormal || d.turn != nil || d.st.Turn != nil {
-		// No slot changes during a turn or a trial, nor on a boot that
-		// is not the proven slot.
+	if h := d.turn; h != nil {
+		// During a turn the release it reboots into stays staged, even
+		// when the re-check before the reboot marks the slot Failed (the
+		// machine then reboots without a trial); only a new target
+		// changes what is staged, and the turn is given back.
+		v.staged = v.target != nil && h.release != nil && *h.release == *v.target
+		return
+	}
+	if d.mode != modeNormal || d.st.Turn != nil {
+		// No slot changes during a trial, nor on a boot that is not the
+		// proven slot.
 		v.staged = v.target != nil && oi.State == likenv1.SlotStaged && oi.Target() == *v.target
 		v.downloading = d.dl != nil
 		return
