@@ -89,9 +89,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.queue = worker.New("liveness", cfg.Clock, c.sync)
 	c.synced = []cache.InformerSynced{cfg.Machines.Informer().HasSynced, cfg.Clusters.Informer().HasSynced, cfg.Leases.Informer().HasSynced}
-	if _, err := cfg.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := cfg.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.observeLease,
-		UpdateFunc: func(_, n any) { c.observeLease(n) },
+		UpdateFunc: func(_, n any) { c.observeLease(n, false) },
 		DeleteFunc: func(obj any) {
 			if k, ok := worker.KeyOf(obj); ok {
 				c.queue.Add(nameOf(k))
@@ -100,9 +100,9 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := cfg.Machines.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := cfg.Machines.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.observeMachine,
-		UpdateFunc: func(_, n any) { c.observeMachine(n) },
+		UpdateFunc: func(_, n any) { c.observeMachine(n, false) },
 		DeleteFunc: func(obj any) {
 			if k, ok := worker.KeyOf(obj); ok {
 				c.queue.Add(k)
@@ -166,35 +166,50 @@ func renewal(l *coordinationv1.Lease) string {
 	return holder + "#" + l.ResourceVersion
 }
 
-func (c *Controller) observeLease(obj any) {
+// observeLease notes a Lease. What the initial list shows was renewed at
+// some unknown time before this copy looked: it counts as seen when this
+// copy started leading (Term.Since), not when the list arrived, so that a
+// silent machine is judged exactly when the startup grace ends.
+func (c *Controller) observeLease(obj any, initial bool) {
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok {
 		return
 	}
-	c.record(l.Name, renewal(l))
+	c.recordAt(l.Name, renewal(l), c.observedAt(initial))
 	c.queue.Add(l.Name)
 }
 
-// record notes a renewal; it returns true when it is a new one.
+func (c *Controller) observedAt(initial bool) time.Time {
+	if initial {
+		return c.cfg.Term.Since
+	}
+	return c.cfg.Clock.Now()
+}
+
+// record notes a renewal seen now; it returns true when it is a new one.
 func (c *Controller) record(name, value string) bool {
+	return c.recordAt(name, value, c.cfg.Clock.Now())
+}
+
+func (c *Controller) recordAt(name, value string, at time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.value[name]; ok && old == value {
 		return false
 	}
 	c.value[name] = value
-	c.seen[name] = c.cfg.Clock.Now()
+	c.seen[name] = at
 	return true
 }
 
-func (c *Controller) observeMachine(obj any) {
+func (c *Controller) observeMachine(obj any, initial bool) {
 	m, ok := obj.(*likenv1.Machine)
 	if !ok {
 		return
 	}
 	c.mu.Lock()
 	if _, ok := c.seen[m.Name]; !ok {
-		c.seen[m.Name] = c.cfg.Clock.Now()
+		c.seen[m.Name] = c.observedAt(initial)
 	}
 	c.mu.Unlock()
 	c.queue.Add(m.Name)

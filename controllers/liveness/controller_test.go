@@ -57,6 +57,13 @@ func lease(name string, renew time.Time) *coordinationv1.Lease {
 // which holds the same Leases unless a test makes them differ.
 func newFixture(t *testing.T, likenObjs []runtime.Object, leases ...*coordinationv1.Lease) *fixture {
 	t.Helper()
+	return newFixtureListedAfter(t, 0, likenObjs, leases...)
+}
+
+// newFixtureListedAfter starts the informers listDelay after this copy
+// started leading (at Epoch).
+func newFixtureListedAfter(t *testing.T, listDelay time.Duration, likenObjs []runtime.Object, leases ...*coordinationv1.Lease) *fixture {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, clock: clocktesting.NewFakeClock(tu.Epoch), recorder: events.NewFakeRecorder(100), metrics: metrics.New()}
@@ -85,6 +92,7 @@ func newFixture(t *testing.T, likenObjs []runtime.Object, leases ...*coordinatio
 	})
 	assert.NilError(t, err)
 	f.ctrl = ctrl
+	f.clock.Step(listDelay)
 	lf.Start(ctx.Done())
 	kf.Start(ctx.Done())
 	assert.Assert(t, cache.WaitForCacheSync(ctx.Done(), ctrl.synced...))
@@ -164,6 +172,20 @@ func TestSilent(t *testing.T) {
 	assert.Assert(t, f.ctrl.Silent("b", now), "no Lease since the start, 40 s ago")
 	assert.Assert(t, !f.ctrl.Silent("b", now.Add(-time.Nanosecond)))
 	assert.Assert(t, f.ctrl.Silent("a", tu.Epoch.Add(70*time.Second)))
+}
+
+func TestInitialListCountsFromTheStartOfLeadership(t *testing.T) {
+	// The lists arrive 300 ms after leading started: a silent machine is
+	// still silent exactly 40 s after the start, when the grace ends.
+	f := newFixtureListedAfter(t, 300*time.Millisecond, []runtime.Object{tu.Cluster("lab"), tu.Machine("a"), tu.Machine("b")},
+		lease("a", tu.Epoch.Add(-time.Hour)))
+	end := tu.Epoch.Add(DefaultLostAfter)
+	assert.Assert(t, f.ctrl.Silent("a", end))
+	assert.Assert(t, f.ctrl.Silent("b", end))
+	assert.Assert(t, !f.ctrl.Silent("a", end.Add(-time.Millisecond)))
+	f.clock.SetTime(end)
+	f.sync("a")
+	assert.Equal(t, f.phase("a"), likenv1.MachineLost)
 }
 
 func TestRenewalsKeepAMachineAlive(t *testing.T) {

@@ -178,7 +178,7 @@ func Decide(in Input) Decision {
 	unavailable := func(m *likenv1.Machine) bool {
 		return m.Status.Phase == likenv1.MachineLost || in.Silent[m.Name] || in.Nodes[m.Name].State == fleet.NodeNotReady
 	}
-	d.Waiting = waiting(in.Machines, inLedger)
+	d.Waiting = waiting(in.Machines, func(name string) bool { return inLedger(name) || in.Silent[name] })
 	var blocked *metav1.Condition
 	switch {
 	case budgetErr != nil:
@@ -256,7 +256,13 @@ func Decide(in Input) Decision {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonTrialFailed, st.Halt.Message
 	case len(st.RebootTurns) > 0 || len(d.Waiting) > 0:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonGranting
-		cond.Message = grantingMessage(st.RebootTurns, d.Waiting, inLedger, maxUnavailable)
+		var down []string
+		for _, m := range in.Machines {
+			if !inLedger(m.Name) && unavailable(m) {
+				down = append(down, m.Name)
+			}
+		}
+		cond.Message = grantingMessage(st.RebootTurns, down, d.Waiting, inLedger, maxUnavailable)
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonIdle
 		cond.Message = "No machine holds or waits for a reboot turn."
@@ -310,11 +316,13 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool)
 }
 
 // waiting are the machines that ask for a turn they may have, leaders
-// first, then by name (the grant order).
-func waiting(machines []*likenv1.Machine, inLedger func(string) bool) []*likenv1.Machine {
+// first, then by name (the grant order). skip leaves out the machines that
+// hold a turn already, and the silent ones: what they show is their last
+// word, and they could not act on a turn.
+func waiting(machines []*likenv1.Machine, skip func(string) bool) []*likenv1.Machine {
 	var out []*likenv1.Machine
 	for _, m := range machines {
-		if inLedger(m.Name) || m.Status.Change == "" {
+		if skip(m.Name) || m.Status.Change == "" {
 			continue
 		}
 		if m.Status.Phase != likenv1.MachineUpdatePending && m.Status.Phase != likenv1.MachineRebootPending {
@@ -367,10 +375,16 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) 
 		t.Machine, t.Reason, t.GrantedAt.UTC().Format(time.RFC3339), timeout, cluster, likenv1.AnnotationResumeRollout)
 }
 
-func grantingMessage(turns []likenv1.RebootTurn, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {
+func grantingMessage(turns []likenv1.RebootTurn, down []string, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {
 	var b strings.Builder
 	if len(turns) > 0 {
 		fmt.Fprintf(&b, "Holding a turn: %s (maxUnavailable %d).", fleet.TurnsString(turns), maxUnavailable)
+	}
+	if len(down) > 0 {
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "Down without a turn (Lost, silent or NotReady; they count against maxUnavailable %d): %s.", maxUnavailable, strings.Join(down, ","))
 	}
 	var names []string
 	for _, m := range waiting {

@@ -260,12 +260,18 @@ func TestSilentMachineCountsBeforeItReadsLost(t *testing.T) {
 	in.Silent = map[string]bool{"b": true}
 	d := Decide(in)
 	assert.Equal(t, len(d.Granted), 0)
-	assert.Equal(t, progressing(t, d.Status).Message, "Waiting for a turn: a.")
+	assert.Equal(t, progressing(t, d.Status).Message,
+		"Down without a turn (Lost, silent or NotReady; they count against maxUnavailable 1): b. Waiting for a turn: a.")
 
-	in.Silent = map[string]bool{"a": true}
+	// A silent machine that asked for a turn before it went quiet does not
+	// get one: it could not act on it.
+	machines = append(machines, tu.Machine("c", tu.WantsRelease))
+	in = input(c, machines, nil)
+	in.Silent = map[string]bool{"c": true}
 	d = Decide(in)
-	// A silent machine asking for a turn costs nothing more.
-	assert.DeepEqual(t, granted(d), []string{"a"})
+	assert.Equal(t, len(d.Granted), 0)
+	assert.Equal(t, progressing(t, d.Status).Message,
+		"Down without a turn (Lost, silent or NotReady; they count against maxUnavailable 1): c. Waiting for a turn: a.")
 }
 
 func TestPausedSaysWhatToDo(t *testing.T) {

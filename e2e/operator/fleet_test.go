@@ -233,6 +233,8 @@ type simMachine struct {
 	// alive false: the machine is hung (no heartbeat, no status), its
 	// Node untouched.
 	alive atomic.Bool
+	// ticks counts the loop's iterations.
+	ticks atomic.Int64
 
 	mu      sync.Mutex
 	boot    int
@@ -241,6 +243,15 @@ type simMachine struct {
 }
 
 func (m *simMachine) bootID() string { return fmt.Sprintf("%s-boot-%d", m.name, m.boot) }
+
+// hang stops the machine's heartbeat and status writes (its Node stays
+// Ready) and returns once no write of its can still be under way.
+func (m *simMachine) hang(t *testing.T) {
+	t.Helper()
+	m.alive.Store(false)
+	start := m.ticks.Load()
+	m.e.waitFor(m.name+" to stop", 30*time.Second, func() bool { return m.ticks.Load() >= start+2 })
+}
 
 // requestReboot stages a reboot that is not a release change.
 func (m *simMachine) requestReboot() {
@@ -259,6 +270,7 @@ func (m *simMachine) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		m.ticks.Add(1)
 		if !m.alive.Load() {
 			continue
 		}

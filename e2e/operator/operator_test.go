@@ -61,6 +61,11 @@ func TestFailoverUnderSIGSTOP(t *testing.T) {
 		strings.Contains(after, "has been modified")
 	t.Logf("op-b took over %s after SIGSTOP; op-a exited %s after SIGCONT; op-a attempted a write that was refused: %v",
 		tookOver.Round(100*time.Millisecond), time.Since(resumedAt).Round(100*time.Millisecond), refused)
+	for _, line := range strings.Split(after, "\n") {
+		if strings.Contains(line, "not granting") || strings.Contains(line, "not writing") || strings.Contains(line, "modified") || strings.Contains(line, "lost the lease") {
+			t.Logf("op-a after SIGCONT: %s", line)
+		}
+	}
 
 	e.waitRolledOut(version2, 3*time.Minute)
 	assert.Assert(t, !b.exited())
@@ -100,7 +105,7 @@ func TestRestartMidRolloutRealDefaults(t *testing.T) {
 	// status) before the new copy starts; its Node stays Ready.
 	first.signal(t, syscall.SIGKILL)
 	e.waitFor("op-a to die", 30*time.Second, first.exited)
-	e.machines["node-4"].alive.Store(false)
+	e.machines["node-4"].hang(t)
 	restarted := e.startOperator("op-a") // the real defaults: 40 s and 40 s
 	restartAt := restarted.started
 
@@ -161,7 +166,7 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 		return e.cluster().Status.Releases.Available == version2
 	})
 
-	e.machines["node-4"].alive.Store(false)
+	e.machines["node-4"].hang(t)
 	silentAt := time.Now()
 	e.waitFor("node-4 to read Lost", time.Minute, func() bool { return e.machine("node-4").Status.Phase == likenv1.MachineLost })
 	lost := time.Since(silentAt)
