@@ -16,6 +16,7 @@ import (
 	"liken.sh/liken/cli/lab"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/cli/reboot"
+	"liken.sh/liken/cli/release"
 	"liken.sh/liken/cli/rollout"
 )
 
@@ -76,6 +77,7 @@ follows rollouts.`,
 	)
 	add(groupInstall,
 		layer.NewCommand(),
+		release.NewCommand(),
 	)
 	add(groupOther, lab.NewCommand(), newVersionCommand(), newOptionsCommand())
 
