@@ -614,6 +614,8 @@ type grant struct {
 	leader  bool
 	at      time.Time
 	rv      int64
+	// seen is when the recorder received the version that added it.
+	seen time.Time
 }
 
 // grants lists every distinct turn recorded, in order.
@@ -627,7 +629,7 @@ func (r *ledgerRecorder) grants() []grant {
 			k := t.Machine + "@" + t.GrantedAt.UTC().Format(time.RFC3339)
 			if !seen[k] {
 				seen[k] = true
-				out = append(out, grant{machine: t.Machine, leader: t.Leader, at: t.GrantedAt.Time, rv: v.rv})
+				out = append(out, grant{machine: t.Machine, leader: t.Leader, at: t.GrantedAt.Time, rv: v.rv, seen: v.at})
 			}
 		}
 	}
