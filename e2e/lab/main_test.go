@@ -1,0 +1,22 @@
+// Package lab tests liken end to end on `liken lab` fleets: the real liken
+// binary and kubectl, driven as a user drives them, with a watcher that
+// checks the fleet's invariants at every revision of every Cluster,
+// Machine and Node.
+//
+// The binaries come from $LIKEN_BIN (default: _output/bin of the source
+// tree; build them with make build). Each scenario runs its own lab, one
+// after another.
+package lab
+
+import (
+	"os"
+	"testing"
+)
+
+func TestMain(m *testing.M) {
+	// kubectl edit runs this test binary as its editor (see editor_test.go).
+	if os.Getenv(editPlanEnv) != "" {
+		os.Exit(runEditor(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
