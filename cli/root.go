@@ -84,7 +84,8 @@ follows rollouts.`,
 	root.SetHelpCommandGroupID(groupOther)
 	root.SetCompletionCommandGroupID(groupOther)
 	root.InitDefaultHelpCmd()
-	root.InitDefaultCompletionCmd()
+	// The completion command is added when the command runs: cobra binds
+	// it to the output set at that time.
 	return root
 }
 

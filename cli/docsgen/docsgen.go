@@ -21,6 +21,7 @@ const header = "<!-- Generated from the commands by `go test ./cli/docsgen -upda
 // Pages returns every reference page, keyed by file name: the index and one
 // page per visible command (liken_layer_pack.md for liken layer pack).
 func Pages(root *cobra.Command) map[string][]byte {
+	root.InitDefaultCompletionCmd()
 	pages := map[string][]byte{}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
