@@ -18,6 +18,10 @@ import (
 
 // bootTimeout bounds one boot, from power-on (or the previous marker) to
 // the next marker, on a busy 2-core machine without KVM.
+//
+// The tests run in parallel: go test runs as many at once as there are
+// CPUs (-parallel defaults to GOMAXPROCS), and each machine keeps one CPU
+// busy, so a 2-core machine boots two disks at a time.
 const bootTimeout = 150 * time.Second
 
 var (

@@ -17,6 +17,7 @@ import (
 
 // TestGrubScriptCheck: GRUB's own parser accepts liken's grub.cfg.
 func TestGrubScriptCheck(t *testing.T) {
+	t.Parallel()
 	k := kit(t)
 	cfg := filepath.Join(t.TempDir(), "grub.cfg")
 	assert.NilError(t, os.WriteFile(cfg, boot.GrubConfig(), 0o644))
@@ -30,6 +31,7 @@ func TestGrubScriptCheck(t *testing.T) {
 // same envblk code as GRUB's load_env and save_env) on blocks with random
 // damage: what each lists, and the bytes each writes for set and unset.
 func TestEditenvAgrees(t *testing.T) {
+	t.Parallel()
 	k := kit(t)
 	dir := t.TempDir()
 	editenv := func(file string, args ...string) (string, error) {

@@ -16,6 +16,7 @@ import (
 // TestTrialCommitted: the trial boots B once, the slot commits B, and the
 // next boot is B without a trial.
 func TestTrialCommitted(t *testing.T) {
+	t.Parallel()
 	primary, backup := armed(t, boot.SlotA, boot.SlotB)
 	m := newMachine(t, DiskSpec{Scenario: map[boot.Slot]string{boot.SlotB: "commit"}, Primary: primary, Backup: backup})
 	sel, _, _ := m.simulate()
@@ -37,6 +38,7 @@ func TestTrialCommitted(t *testing.T) {
 // TestTrialPanics: the trial kernel's init dies, the kernel panics and
 // reboots (panic=N), and GRUB boots the proven slot without help.
 func TestTrialPanics(t *testing.T) {
+	t.Parallel()
 	primary, backup := armed(t, boot.SlotA, boot.SlotB)
 	m := newMachine(t, DiskSpec{Scenario: map[boot.Slot]string{boot.SlotB: "panic"}, Primary: primary, Backup: backup})
 	_, simPrimary, simBackup := m.simulate()
@@ -54,6 +56,7 @@ func TestTrialPanics(t *testing.T) {
 // TestTrialHangs: the trial's init arms the hardware watchdog and hangs;
 // the watchdog resets the machine, which boots the proven slot.
 func TestTrialHangs(t *testing.T) {
+	t.Parallel()
 	primary, backup := armed(t, boot.SlotB, boot.SlotA)
 	m := newMachine(t, DiskSpec{Scenario: map[boot.Slot]string{boot.SlotA: "hang"}, Primary: primary, Backup: backup})
 
@@ -70,6 +73,7 @@ func TestTrialHangs(t *testing.T) {
 // TestPowerCutDuringTrial: QEMU is killed while the trial runs; the next
 // power-on boots the proven slot.
 func TestPowerCutDuringTrial(t *testing.T) {
+	t.Parallel()
 	primary, backup := armed(t, boot.SlotA, boot.SlotB)
 	m := newMachine(t, DiskSpec{Scenario: map[boot.Slot]string{boot.SlotB: "wait"}, Primary: primary, Backup: backup})
 	_, simPrimary, simBackup := m.simulate()
@@ -89,6 +93,7 @@ func TestPowerCutDuringTrial(t *testing.T) {
 // TestCorruptEnvironment: damaged copies boot the proven slot, exactly as
 // the simulated firmware decides.
 func TestCorruptEnvironment(t *testing.T) {
+	t.Parallel()
 	garbage := bytes.Repeat([]byte("\xffliken"), boot.EnvBlockSize/6+1)[:boot.EnvBlockSize]
 	provenB, _ := armed(t, boot.SlotB, "")
 	aTryB, _ := armed(t, boot.SlotA, boot.SlotB)
@@ -112,6 +117,7 @@ func TestCorruptEnvironment(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			m := newMachine(t, DiskSpec{Primary: tc.primary, Backup: tc.backup})
 			sel, simPrimary, simBackup := m.simulate()
 			assert.Equal(t, sel.Slot, tc.slot, "simulated firmware")
@@ -129,6 +135,7 @@ func TestCorruptEnvironment(t *testing.T) {
 // machine and on the host, and the bytes are what grub-editenv and the
 // simulated firmware produce for the same change.
 func TestSaveEnvReadByGo(t *testing.T) {
+	t.Parallel()
 	k := kit(t)
 	env := filepath.Join(t.TempDir(), "grubenv")
 	editenv := func(args ...string) {
