@@ -420,6 +420,8 @@ func TestTrialThatNeverRejoins(t *testing.T) {
 	assert.Equal(t, m.Status.Version, v1)
 	assert.Equal(t, slotStates(m)["B"], likenv1.SlotFailed)
 	assert.Equal(t, m.Status.Change, "", "a machine whose trial failed asks for no turn")
+	assert.Equal(t, cond(m, likenv1.ConditionReleaseVerified).Reason, likenv1.ReasonTrialFailed)
+	assert.Equal(t, m.Status.Staged, "")
 
 	// A new version clears the failure and downloads into the same slot.
 	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v3 })

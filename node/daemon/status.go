@@ -136,6 +136,9 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	}
 	// ReleaseVerified.
 	switch f := d.dlFailure; {
+	case v.failedTrial != nil:
+		set(likenv1.ConditionReleaseVerified, metav1.ConditionFalse, likenv1.ReasonTrialFailed,
+			fmt.Sprintf("release %s verified, but its trial failed (see TrialFailed); slot %s is marked Failed and nothing is staged", v.failedTrial.Version, v.failedTrial.Slot))
 	case v.target != nil && f != nil && f.target == *v.target:
 		set(likenv1.ConditionReleaseVerified, metav1.ConditionFalse, reasonOf(f.err),
 			fmt.Sprintf("%v; nothing staged, attempt %d, next try at %s", f.err, f.attempts, f.retryAt.UTC().Format("15:04:05")))
