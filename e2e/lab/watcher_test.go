@@ -500,6 +500,17 @@ func (w *watcher) phases(name string, from int64) []string {
 	return out
 }
 
+// firstVersion is the version a machine reported when the watcher
+// started.
+func (w *watcher) firstVersion(name string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.machines[name]; len(h) > 0 {
+		return h[0].obj.Status.Version
+	}
+	return ""
+}
+
 // machineHistory returns the versions of a machine after revision from.
 func (w *watcher) machineHistory(name string, from int64) []record[*likenv1.Machine] {
 	w.mu.Lock()
