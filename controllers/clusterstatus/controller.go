@@ -131,9 +131,6 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	updated := cluster.DeepCopy()
 	updated.Status = st
 	if _, err := c.cfg.Writer.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-		if apierrors.IsConflict(err) {
-			klog.FromContext(ctx).V(2).Info("Cluster changed since it was read; computing again", "cluster", klog.KObj(cluster))
-		}
 		return 0, fmt.Errorf("writing the status of cluster %s: %w", cluster.Name, err)
 	}
 	if cluster.Status.Phase != st.Phase {

@@ -163,7 +163,6 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 }
 
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
-	logger := klog.FromContext(ctx)
 	cluster, err := c.clusters.Get(key)
 	if apierrors.IsNotFound(err) {
 		return 0, nil
@@ -218,9 +217,6 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// ledger changed since, the API server refuses it and the key is
 	// synced again from the newer version.
 	if _, err := c.cfg.Writer.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-		if apierrors.IsConflict(err) {
-			logger.V(2).Info("Cluster changed since it was read; deciding again", "cluster", klog.KObj(cluster))
-		}
 		return 0, fmt.Errorf("writing the turn ledger of cluster %s: %w", cluster.Name, err)
 	}
 	c.report(ctx, cluster, machines, d, now)

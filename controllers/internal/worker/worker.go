@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -91,6 +92,11 @@ func (q *Queue) processNext(ctx context.Context) bool {
 	logger := klog.FromContext(ctx).WithValues("key", key)
 	after, err := q.sync(klog.NewContext(ctx, logger), key)
 	switch {
+	case err != nil && apierrors.IsConflict(err):
+		// Another writer changed the object since it was read: normal
+		// between controllers; the key is synced again from the newer one.
+		logger.V(2).Info("Object changed since it was read; syncing again", "err", err)
+		q.queue.AddRateLimited(key)
 	case err != nil:
 		logger.Error(err, "Sync failed, will retry", "retries", q.queue.NumRequeues(key))
 		q.queue.AddRateLimited(key)
