@@ -22,7 +22,7 @@ import (
 // The tests run in parallel: go test runs as many at once as there are
 // CPUs (-parallel defaults to GOMAXPROCS), and each machine keeps one CPU
 // busy, so a 2-core machine boots two disks at a time.
-const bootTimeout = 150 * time.Second
+const bootTimeout = 240 * time.Second
 
 var (
 	kitOnce sync.Once
