@@ -8,11 +8,15 @@ set -o errexit -o nounset -o pipefail
 need=()
 command -v mksquashfs >/dev/null || need+=(squashfs-tools)
 command -v mke2fs >/dev/null || need+=(e2fsprogs)
-command -v kubectl >/dev/null || need+=(kubernetes-client)
+
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! command -v kubectl >/dev/null; then
+    echo "kubectl is missing: the tests drive the cluster with kubectl as a user does; install kubectl 1.32 or newer" >&2
+    exit 1
 fi
