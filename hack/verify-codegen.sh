@@ -9,6 +9,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 cp -a apis "$tmp/apis.before"
+mkdir -p "$tmp/generated/clientset" "$tmp/generated/listers" "$tmp/generated/informers"
 "$root/hack/update-codegen.sh" "$tmp/generated" >/dev/null
 status=0
 if ! diff -ru "$root/generated" "$tmp/generated"; then
