@@ -561,3 +561,40 @@ func TestRecheckMismatchRebootsWithoutTrial(t *testing.T) {
 	assert.Equal(t, m.Status.Version, v2)
 	assert.Equal(t, e.m.Boots(), 3)
 }
+
+// TestProgressIsWrittenAtMostEveryInterval: a slow download reports its
+// progress, but no more often than Timing.Progress.
+func TestProgressIsWrittenAtMostEveryInterval(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	var mu sync.Mutex
+	var writes []time.Time
+	var done []int64
+	e.lk.PrependReactor("update", "machines", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if ua, ok := a.(k8stesting.UpdateAction); ok && ua.GetSubresource() == "status" {
+			if dl := ua.GetObject().(*likenv1.Machine).Status.Download; dl != nil {
+				mu.Lock()
+				writes = append(writes, time.Now())
+				done = append(done, dl.BytesDone)
+				mu.Unlock()
+			}
+		}
+		return false, nil, nil
+	})
+	e.ch.SetRate(128 << 10) // v2 is 256 KiB: about 2 s
+	o := e.options()
+	o.Timing.Progress = 400 * time.Millisecond
+	e.m.Start(t, o)
+	e.waitPhase(likenv1.MachineReady)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	e.waitPhase(likenv1.MachineUpdatePending)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d progress writes, bytes done %v", len(writes), done)
+	assert.Assert(t, len(writes) >= 3, "progress is reported while downloading")
+	for i := 1; i < len(writes); i++ {
+		gap := writes[i].Sub(writes[i-1])
+		if done[i] != done[i-1] {
+			assert.Assert(t, gap >= 350*time.Millisecond, "two progress writes %s apart", gap)
+		}
+	}
+}

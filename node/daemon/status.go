@@ -181,7 +181,7 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		return d.degraded(v)
 	case likenv1.MachineDownloading:
 		if st.Download != nil {
-			return fmt.Sprintf("downloading release %s: %d of %d bytes", st.Download.Version, st.Download.BytesDone, st.Download.BytesTotal)
+			return fmt.Sprintf("downloading release %s into slot %s; status.download has the progress", st.Download.Version, otherSlot(st.Slot))
 		}
 		return fmt.Sprintf("release %s is not staged yet; see the ReleaseVerified condition", v.target.Version)
 	case likenv1.MachineUpdatePending, likenv1.MachineRebootPending:

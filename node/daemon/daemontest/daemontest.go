@@ -32,6 +32,43 @@ type Channel struct {
 	// Requests counts the artifact requests served.
 	mu       sync.Mutex
 	requests int
+	rate     int
+}
+
+// SetRate limits every response to about bytesPerSecond (0: no limit).
+func (c *Channel) SetRate(bytesPerSecond int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rate = bytesPerSecond
+}
+
+// slowWriter writes at most rate bytes per second, in tenths.
+type slowWriter struct {
+	http.ResponseWriter
+	rate int
+	ctx  context.Context
+}
+
+func (w *slowWriter) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		chunk := min(len(b), max(w.rate/10, 1))
+		m, err := w.ResponseWriter.Write(b[:chunk])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		if f, ok := w.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+		b = b[chunk:]
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-w.ctx.Done():
+			return n, w.ctx.Err()
+		}
+	}
+	return n, nil
 }
 
 // NewChannel serves an empty channel until the test ends.
@@ -51,6 +88,12 @@ func NewChannel(t testing.TB) *Channel {
 					return
 				}
 			}
+		}
+		c.mu.Lock()
+		rate := c.rate
+		c.mu.Unlock()
+		if rate > 0 {
+			w = &slowWriter{ResponseWriter: w, rate: rate, ctx: r.Context()}
 		}
 		files.ServeHTTP(w, r)
 	}))

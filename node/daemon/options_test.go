@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	"liken.sh/liken/node/boot"
+)
+
+func TestParseReleaseFile(t *testing.T) {
+	cases := []struct {
+		in, want, err string
+	}{
+		{in: "VERSION=2026.11.01-001\n", want: "2026.11.01-001"},
+		{in: "NAME=liken\nLIKEN_VERSION=\"2026.11.01-002\"\n", want: "2026.11.01-002"},
+		{in: "# the running image\n2026.11.01-003\n", want: "2026.11.01-003"},
+		{in: "VERSION=latest\n", err: `VERSION="latest" is not a release version`},
+		{in: "NAME=liken\n", err: "no release version found"},
+		{in: "", err: "no release version found"},
+	}
+	for _, tc := range cases {
+		got, err := ParseReleaseFile([]byte(tc.in))
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, "input %q", tc.in)
+			continue
+		}
+		assert.NilError(t, err, "input %q", tc.in)
+		assert.Equal(t, got, tc.want)
+	}
+}
+
+func TestReadBootInfo(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		assert.NilError(t, os.WriteFile(p, []byte(s), 0o644))
+		return p
+	}
+	cmdline := write("cmdline", "BOOT_IMAGE=/B/vmlinuz liken.slot=B liken.trial=1 panic=1\n")
+	bootID := write("boot_id", "0f1e2d3c-aaaa-bbbb-cccc-000000000001\n")
+	rel := write("release", "VERSION=2026.11.01-001\n")
+	bi, err := ReadBootInfo(cmdline, bootID, rel)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, bi, BootInfo{Slot: boot.SlotB, Trial: true, BootID: "0f1e2d3c-aaaa-bbbb-cccc-000000000001", Version: "2026.11.01-001"})
+
+	_, err = ReadBootInfo(write("bad", "quiet\n"), bootID, rel)
+	assert.ErrorContains(t, err, "has no liken.slot=A|B")
+	_, err = ReadBootInfo(cmdline, write("empty", "\n"), rel)
+	assert.ErrorContains(t, err, "the boot ID must be one line")
+}
