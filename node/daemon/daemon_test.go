@@ -598,3 +598,58 @@ func TestProgressIsWrittenAtMostEveryInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartMidDownloadResumes: a daemon stopped in the middle of a
+// download resumes it from its checkpoint, not from the first byte.
+func TestRestartMidDownloadResumes(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	size := int64(4 << 20)
+	digest := e.ch.Publish(t, "2026.11.29-001", int(size))
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Releases.Catalog = append(c.Spec.Releases.Catalog, likenv1.CatalogEntry{Version: "2026.11.29-001", Digest: digest})
+	})
+	e.ch.SetRate(2 << 20) // about 2 s for the whole release
+	r := e.start()
+	e.waitPhase(likenv1.MachineReady)
+	before := e.ch.BytesServed()
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = "2026.11.29-001" })
+	// The release package checkpoints every 8 MiB and when it stops.
+	e.waitFor("half downloaded", func(m *likenv1.Machine) bool {
+		return m.Status.Download != nil && m.Status.Download.BytesDone > size/3
+	})
+	assert.NilError(t, r.Stop())
+	e.ch.SetRate(0)
+	r = e.m.StartIn(t, e.options(), r.Boot)
+	m := e.waitPhase(likenv1.MachineUpdatePending)
+	assert.Equal(t, m.Status.Staged, "2026.11.29-001")
+	served := e.ch.BytesServed() - before
+	t.Logf("served %d bytes for a %d-byte release across a restart", served, size)
+	assert.Assert(t, served < size+size/2, "the download restarted from the beginning (%d bytes served)", served)
+}
+
+// TestRestartDuringTrial: a daemon restarted during its trial boot keeps
+// the trial (and its deadline) and commits once the node is Ready.
+func TestRestartDuringTrial(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.grant()
+	waitExit(t, r)
+	e.setNodeReady(false)
+	r = e.start()
+	assert.Assert(t, r.Boot.Trial)
+	e.waitFor("trial boot reported", func(m *likenv1.Machine) bool {
+		return m.Status.Observed.BootID == r.Boot.BootID && m.Status.Phase == likenv1.MachineUpdating
+	})
+	assert.NilError(t, r.Stop())
+	r = e.m.StartIn(t, e.options(), r.Boot)
+	e.setNodeReady(true)
+	m := e.waitPhase(likenv1.MachineReady)
+	assert.Equal(t, m.Status.Version, v2)
+	st, err := boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotB})
+	exited, _ := r.Exited()
+	assert.Assert(t, !exited)
+}

@@ -33,6 +33,7 @@ type Channel struct {
 	mu       sync.Mutex
 	requests int
 	rate     int
+	served   int64
 }
 
 // SetRate limits every response to about bytesPerSecond (0: no limit).
@@ -40,6 +41,32 @@ func (c *Channel) SetRate(bytesPerSecond int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rate = bytesPerSecond
+}
+
+// BytesServed is how many response bytes the channel sent.
+func (c *Channel) BytesServed() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.served
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	c *Channel
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.c.mu.Lock()
+	w.c.served += int64(n)
+	w.c.mu.Unlock()
+	return n, err
+}
+
+func (w *countingWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // slowWriter writes at most rate bytes per second, in tenths.
@@ -92,6 +119,7 @@ func NewChannel(t testing.TB) *Channel {
 		c.mu.Lock()
 		rate := c.rate
 		c.mu.Unlock()
+		w = &countingWriter{ResponseWriter: w, c: c}
 		if rate > 0 {
 			w = &slowWriter{ResponseWriter: w, rate: rate, ctx: r.Context()}
 		}
