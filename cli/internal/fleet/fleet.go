@@ -91,10 +91,10 @@ func DescribeChange(m *v1alpha1.Machine) string {
 	if len(fields) > 0 {
 		parts = append(parts, "changes to "+strings.Join(fields, ", "))
 	}
+	if r := m.Annotations[v1alpha1.AnnotationRequestReboot]; r != "" && r != m.Status.ObservedRebootRequest {
+		parts = append(parts, "a requested reboot")
+	}
 	if len(parts) == 0 {
-		if m.Status.ObservedRebootRequest != "" {
-			return "a requested reboot"
-		}
 		return "a reboot"
 	}
 	return strings.Join(parts, " and ")
