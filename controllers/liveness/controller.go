@@ -253,7 +253,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 			return c.cfg.LostAfter, nil
 		}
 	}
-	if err := c.cfg.Term.Fence.Confirm(ctx); err != nil {
+	if err := c.cfg.Term.Fence.Confirm(ctx, "writing machine "+name+" Lost"); err != nil {
 		return 0, fmt.Errorf("not writing machine %s Lost: %w", name, err)
 	}
 	lost := m.DeepCopy()

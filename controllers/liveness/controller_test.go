@@ -87,7 +87,7 @@ func newFixtureListedAfter(t *testing.T, listDelay time.Duration, likenObjs []ru
 		Metrics:     f.metrics,
 		Clock:       f.clock,
 		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
-			Fence: leadership.FenceFunc(func(context.Context) error { return f.fenceErr })},
+			Fence: leadership.FenceFunc(func(context.Context, string) error { return f.fenceErr })},
 		LostAfter: DefaultLostAfter,
 	})
 	assert.NilError(t, err)

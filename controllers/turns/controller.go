@@ -207,8 +207,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	if len(d.Granted) > 0 {
 		// A copy that was paused must not grant from what it saw before.
-		if err := c.cfg.Term.Fence.Confirm(ctx); err != nil {
-			return 0, fmt.Errorf("not granting turns to %s: %w", fleet.TurnsString(d.Granted), err)
+		what := fmt.Sprintf("granting turns to %s in cluster %s", fleet.TurnsString(d.Granted), cluster.Name)
+		if err := c.cfg.Term.Fence.Confirm(ctx, what); err != nil {
+			return 0, fmt.Errorf("not %s: %w", what, err)
 		}
 	}
 	updated := cluster.DeepCopy()

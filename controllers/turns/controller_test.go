@@ -63,7 +63,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 		Metrics:  f.metrics,
 		Clock:    f.clock,
 		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
-			Fence: leadership.FenceFunc(func(context.Context) error { return f.fenceErr })},
+			Fence: leadership.FenceFunc(func(context.Context, string) error { return f.fenceErr })},
 		StartupGrace: 40 * time.Second,
 	})
 	assert.NilError(t, err)

@@ -183,6 +183,20 @@ func (e *env) setVersion(v string) {
 	assert.NilError(e.t, err)
 }
 
+// setMaxUnavailable sets spec.disruption.maxUnavailable ("2" or "40%").
+func (e *env) setMaxUnavailable(v string) {
+	e.t.Helper()
+	val := v
+	if !strings.HasSuffix(v, "%") {
+		val = strings.TrimSpace(v)
+	} else {
+		val = strconv.Quote(v)
+	}
+	patch := fmt.Sprintf(`{"spec":{"disruption":{"maxUnavailable":%s}}}`, val)
+	_, err := e.liken.LikenV1alpha1().Clusters().Patch(e.ctx, clusterName, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+	assert.NilError(e.t, err)
+}
+
 // holder is the identity holding the operator Lease.
 func (e *env) holder() string {
 	l, err := e.kube.CoordinationV1().Leases(likenv1.SystemNamespace).Get(e.ctx, likenv1.OperatorLeaseName, metav1.GetOptions{})

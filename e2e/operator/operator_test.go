@@ -57,8 +57,8 @@ func TestFailoverUnderSIGSTOP(t *testing.T) {
 	after := a.logText(t)[logBefore:]
 	assert.Assert(t, is.Contains(after, "lost the lease"))
 	assert.Assert(t, !strings.Contains(after, "Granted a turn"), "the stale copy granted a turn after SIGCONT:\n%s", after)
-	refused := strings.Contains(after, "not granting turns") || strings.Contains(after, "not writing machine") || strings.Contains(after, "Conflict") ||
-		strings.Contains(after, "has been modified")
+	refused := strings.Contains(after, "not granting turns") || strings.Contains(after, "not writing machine") ||
+		strings.Contains(after, "the fence found") || strings.Contains(after, "has been modified")
 	t.Logf("op-b took over %s after SIGSTOP; op-a exited %s after SIGCONT; op-a attempted a write that was refused: %v",
 		tookOver.Round(100*time.Millisecond), time.Since(resumedAt).Round(100*time.Millisecond), refused)
 	for _, line := range strings.Split(after, "\n") {
@@ -178,9 +178,20 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	assert.Assert(t, lost >= 4*time.Second, "Lost after %s", lost)
 	t.Logf("node-4 read Lost %s after its last chance to renew (flag 5s, renewals every 1s)", lost.Round(100*time.Millisecond))
 
-	// Two reboots requested with a budget of 2: Lost node-4 takes one slot.
+	// Two reboots requested with a budget of 2: Lost node-4 takes one
+	// slot. Pause turns while both machines stage, so one decision sees
+	// both.
+	e.setMaxUnavailable("0")
+	e.waitFor("Progressing to say Paused", time.Minute, func() bool {
+		return progressing(e.cluster()).Reason == likenv1.ReasonPaused
+	})
 	e.machines["node-2"].requestReboot()
 	e.machines["node-3"].requestReboot()
+	e.waitFor("node-2 and node-3 to ask for a turn", time.Minute, func() bool {
+		return e.machine("node-2").Status.Phase == likenv1.MachineRebootPending && e.machine("node-3").Status.Phase == likenv1.MachineRebootPending
+	})
+	assert.Equal(t, e.cluster().Status.Turns, "")
+	e.setMaxUnavailable("2")
 	e.waitFor("node-2 to hold a turn and node-3 to wait", time.Minute, func() bool {
 		c := e.cluster()
 		return c.Status.Turns == "node-2" && strings.Contains(progressing(c).Message, "Waiting for a turn: node-3")

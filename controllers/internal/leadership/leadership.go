@@ -27,8 +27,9 @@ type Term struct {
 
 // Fence confirms that this copy still leads.
 type Fence interface {
-	// Confirm returns nil only while this copy holds the lease.
-	Confirm(ctx context.Context) error
+	// Confirm returns nil only while this copy holds the lease. what
+	// names the write about to be made, for logs.
+	Confirm(ctx context.Context, what string) error
 }
 
 // ErrNotLeader means the lease is held by another copy, or this copy's
@@ -37,13 +38,13 @@ type Fence interface {
 var ErrNotLeader = errors.New("this copy of cluster-operator no longer holds the lease")
 
 // FenceFunc adapts a function to Fence.
-type FenceFunc func(ctx context.Context) error
+type FenceFunc func(ctx context.Context, what string) error
 
 // Confirm calls f.
-func (f FenceFunc) Confirm(ctx context.Context) error { return f(ctx) }
+func (f FenceFunc) Confirm(ctx context.Context, what string) error { return f(ctx, what) }
 
 // Always is a Fence that always confirms (for tests and single-copy use).
-var Always Fence = FenceFunc(func(context.Context) error { return nil })
+var Always Fence = FenceFunc(func(context.Context, string) error { return nil })
 
 // LeaseFence reads the election Lease from the API server (never from a
 // cache) and confirms that it names this copy and that this copy's last
@@ -55,12 +56,13 @@ type LeaseFence struct {
 	Identity      string
 	LeaseDuration time.Duration
 	Clock         clock.PassiveClock
-	// OnLost is called once the fence finds the lease held by another copy.
-	OnLost func()
+	// OnLost is called when the fence finds the lease held by another
+	// copy, with the write it stopped.
+	OnLost func(what string)
 }
 
 // Confirm implements Fence.
-func (f *LeaseFence) Confirm(ctx context.Context) error {
+func (f *LeaseFence) Confirm(ctx context.Context, what string) error {
 	l, err := f.Leases.Leases(f.Namespace).Get(ctx, f.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: lease %s/%s is gone", ErrNotLeader, f.Namespace, f.Name)
@@ -74,7 +76,7 @@ func (f *LeaseFence) Confirm(ctx context.Context) error {
 	}
 	if holder != f.Identity {
 		if f.OnLost != nil {
-			f.OnLost()
+			f.OnLost(what)
 		}
 		return fmt.Errorf("%w: lease %s/%s is held by %q", ErrNotLeader, f.Namespace, f.Name, holder)
 	}

@@ -42,9 +42,9 @@ func TestLeaseFence(t *testing.T) {
 			lost := false
 			f := &LeaseFence{
 				Leases: kube.CoordinationV1(), Namespace: "liken-system", Name: "cluster-operator", Identity: "op-a",
-				LeaseDuration: 15 * time.Second, Clock: clocktesting.NewFakePassiveClock(now), OnLost: func() { lost = true },
+				LeaseDuration: 15 * time.Second, Clock: clocktesting.NewFakePassiveClock(now), OnLost: func(string) { lost = true },
 			}
-			err := f.Confirm(context.Background())
+			err := f.Confirm(context.Background(), "granting a turn")
 			if tc.err == "" {
 				assert.NilError(t, err)
 			} else {

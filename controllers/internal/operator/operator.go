@@ -153,7 +153,9 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 					Fence: &leadership.LeaseFence{
 						Leases: kube.CoordinationV1(), Namespace: likenv1.SystemNamespace, Name: likenv1.OperatorLeaseName,
 						Identity: o.Identity, LeaseDuration: LeaseDuration, Clock: clk,
-						OnLost: func() { lostOnce.Do(func() { lost("the fence found the lease held by another copy") }) },
+						OnLost: func(what string) {
+							lostOnce.Do(func() { lost("the fence found the lease held by another copy before " + what) })
+						},
 					},
 				}
 				logger.Info("Started leading; granting resumes after the startup grace",
