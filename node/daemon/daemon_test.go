@@ -653,3 +653,37 @@ func TestRestartDuringTrial(t *testing.T) {
 	exited, _ := r.Exited()
 	assert.Assert(t, !exited)
 }
+
+// TestRetargetDuringTurn: a new spec.version while the machine drains for
+// the staged release gives the turn back, uncordons, and stages the new
+// target in the same slot; no reboot happens in between.
+func TestRetargetDuringTurn(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.addPod("db", false)
+	e.setRefuse("db", true)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	change := e.grant()
+	e.waitFor("draining", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineUpdating && e.node().Spec.Unschedulable
+	})
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v3 })
+	m := e.waitFor("the new target staged", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineUpdatePending && m.Status.Staged == v3
+	})
+	assert.Assert(t, m.Status.Change != change)
+	assert.Equal(t, m.Status.Slots[1].Version, v3)
+	e.waitEvent(daemon.ReasonTurnTakenBack, change)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if e.node().Spec.Unschedulable {
+			return poll.Continue("still cordoned")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
+	exited, _ := r.Exited()
+	assert.Assert(t, !exited, "no reboot")
+	st, err := boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotA})
+}
