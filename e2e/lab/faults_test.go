@@ -1,0 +1,137 @@
+package lab
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+)
+
+// A release whose image panics at boot, then one that boots but never
+// rejoins: each time the first machine to try returns to its proven slot
+// on its own, reports TrialFailed, the rollout halts, and no other
+// machine takes the bad release. A new spec.version lifts the first halt.
+func TestFailedTrialsHaltTheRollout(t *testing.T) {
+	l := startLab(t, "e2e-faults", labOptions{policy: "Auto"})
+	good := l.cluster().Spec.Version
+
+	panicking := l.publish("panic")
+	from := l.setVersion(panicking.Version, panicking)
+	failed, took := l.waitTrialFailed(panicking.Version, 3*time.Minute)
+	l.checkTrialFailed(from, failed, good, panicking.Version)
+	assert.Assert(t, len(l.firmwareLines(failed, "kernel panic")) > 0, "%s's firmware did not log the panic", failed)
+	t.Logf("panic release: halted %s after spec.version changed", took.Round(100*time.Millisecond))
+
+	// liken rollout status reports the halt and fails.
+	out, err := l.liken("rollout", "status", l.name)
+	assert.Assert(t, err != nil, "liken rollout status succeeded on a halted rollout:\n%s", out)
+	assert.Assert(t, is.Contains(out, "halted (TrialFailed on "+failed+")"))
+
+	// A new spec.version lifts the halt; the next bad release fails the
+	// same way, after the trial timeout.
+	noRejoin := l.publish("no-rejoin")
+	from = l.setVersion(noRejoin.Version, noRejoin)
+	failed, took = l.waitTrialFailed(noRejoin.Version, 4*time.Minute)
+	l.checkTrialFailed(from, failed, good, noRejoin.Version)
+	assert.Assert(t, len(l.firmwareLines(failed, "cannot reach the cluster API")) > 0, "%s's firmware did not log the unreachable API", failed)
+	tf := condition(l.machine(failed).Status.Conditions, likenv1.ConditionTrialFailed)
+	assert.Assert(t, is.Contains(tf.Message, noRejoin.Version))
+	assert.Assert(t, is.Contains(tf.Message, "did not rejoin"))
+	t.Logf("no-rejoin release: halted %s after spec.version changed (trial timeout %s)", took.Round(100*time.Millisecond), l.cluster().Spec.Disruption.TrialTimeoutOrDefault())
+	l.checkBootedAndStaged()
+}
+
+// waitTrialFailed waits until the rollout to version halts with
+// TrialFailed, and returns the machine the halt names.
+func (l *lab) waitTrialFailed(version string, timeout time.Duration) (string, time.Duration) {
+	l.t.Helper()
+	var machine string
+	took := l.waitFor(fmt.Sprintf("the rollout to %s to halt with TrialFailed", version), timeout, func() (bool, string) {
+		c := l.cluster()
+		p := condition(c.Status.Conditions, likenv1.ConditionProgressing)
+		h := c.Status.Halt
+		if p.Status != metav1.ConditionFalse || p.Reason != likenv1.ReasonTrialFailed || h == nil || h.Version != version || c.Status.Turns != "" {
+			return false, fmt.Sprintf("Progressing %s/%s, halt %+v, turns %q", p.Status, p.Reason, h, c.Status.Turns)
+		}
+		m := l.machine(h.Machine)
+		tf := condition(m.Status.Conditions, likenv1.ConditionTrialFailed)
+		machine = h.Machine
+		return tf.Status == metav1.ConditionTrue, fmt.Sprintf("halted on %s, which reports %s TrialFailed=%s", h.Machine, m.Status.Phase, tf.Status)
+	})
+	return machine, took
+}
+
+// checkTrialFailed proves what a failed trial of version on machine must
+// leave behind, from revision from on: the machine back on its proven slot
+// A running proven, the trial slot marked Failed, the halt naming it, and
+// no other machine ever granted a turn for the release or running it.
+func (l *lab) checkTrialFailed(from int64, machine, proven, version string) {
+	t := l.t
+	t.Helper()
+	l.w.settle(t)
+	if h := l.w.clusterHistory(from); len(h) > 0 {
+		t.Logf("%s after spec.version changed: %s", machine, phaseTimes(l.w.machineHistory(machine, from), h[0].at))
+		for _, g := range l.w.grants(from) {
+			t.Logf("turn granted to %s %+.1fs after spec.version changed", g.machine, g.at.Sub(h[0].at).Seconds())
+		}
+	}
+	m := l.machine(machine)
+	assert.Equal(t, m.Status.Version, proven, "%s returned to its proven release", machine)
+	assert.Equal(t, m.Status.Slot, "A", "%s returned to its proven slot", machine)
+	for _, s := range m.Status.Slots {
+		if s.Name == "B" {
+			assert.Equal(t, s.State, likenv1.SlotFailed, "%s's trial slot", machine)
+			assert.Equal(t, s.Version, version)
+		}
+	}
+	tf := condition(m.Status.Conditions, likenv1.ConditionTrialFailed)
+	assert.Equal(t, tf.Reason, likenv1.ReasonTrialFailed)
+	t.Logf("%s TrialFailed: %s", machine, tf.Message)
+	p := condition(l.cluster().Status.Conditions, likenv1.ConditionProgressing)
+	assert.Assert(t, is.Contains(p.Message, machine))
+	t.Logf("Cluster Progressing=%s %s: %s", p.Status, p.Reason, p.Message)
+
+	// The firmware booted the trial slot once, then the proven slot, with
+	// no one's help.
+	boots := l.firmwareLines(machine, ": boot ")
+	trial := -1
+	for i, b := range boots {
+		if strings.Contains(b, "slot B (one-time trial)") {
+			trial = i
+		}
+	}
+	assert.Assert(t, trial >= 0 && trial+1 < len(boots) && strings.Contains(boots[trial+1], "slot A (proven)"),
+		"%s's boots: %s", machine, strings.Join(boots, "\n"))
+
+	// Only the first machine ever got a turn for the bad release; nobody
+	// else ran it or took its turn; nobody runs it now.
+	for _, g := range l.w.grants(from) {
+		assert.Equal(t, g.machine, machine, "%s got a turn for %s after %s failed its trial", g.machine, g.spec, machine)
+	}
+	assert.Equal(t, len(l.w.grants(from)), 1, "grants: %v", grantNames(l.w.grants(from)))
+	for _, n := range machineNames(l) {
+		for _, r := range l.w.machineHistory(n, from) {
+			assert.Assert(t, r.obj.Status.Version != version, "machine %s reported running bad release %s (revision %d)", n, version, r.rv)
+			if n != machine {
+				assert.Assert(t, r.obj.Status.Phase != likenv1.MachineUpdating, "machine %s took a turn for bad release %s (revision %d)", n, version, r.rv)
+			}
+		}
+	}
+	// The halt came with the end of the turn, and nothing was granted
+	// after it.
+	halted := int64(0)
+	for _, r := range l.w.clusterHistory(from) {
+		if h := r.obj.Status.Halt; h != nil && h.Version == version && halted == 0 {
+			halted = r.rv
+			assert.Equal(t, r.obj.Status.Turns, "", "the halt at revision %d", r.rv)
+		}
+	}
+	assert.Assert(t, halted > 0)
+	assert.Equal(t, len(l.w.grants(halted)), 0, "turns granted after the halt: %v", grantNames(l.w.grants(halted)))
+}
