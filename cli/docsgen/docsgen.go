@@ -64,7 +64,7 @@ func commandPage(c *cobra.Command) []byte {
 	fmt.Fprintf(&b, "# %s\n\n", c.CommandPath())
 	fmt.Fprintf(&b, "%s.\n\n", strings.TrimSuffix(c.Short, "."))
 	if c.Long != "" {
-		fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(c.Long))
+		fmt.Fprintf(&b, "%s\n\n", markdown(c.Long))
 	}
 	if c.Runnable() {
 		fmt.Fprintf(&b, "## Usage\n\n```\n%s\n```\n\n", c.UseLine())
@@ -130,6 +130,34 @@ cluster and machine names complete from the cluster.
 		fmt.Fprintf(&b, "Reference: [%s](%s).\n", k.CommandPath(), PageName(k))
 	}
 	return b.Bytes()
+}
+
+// markdown turns help text into Markdown: runs of indented lines become
+// code blocks, and < > in prose are escaped so placeholders such as
+// <name> show.
+func markdown(text string) string {
+	var out []string
+	inCode := false
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		indented := strings.HasPrefix(line, "  ") || strings.HasPrefix(line, "\t")
+		switch {
+		case indented && !inCode:
+			out = append(out, "```")
+			inCode = true
+		case !indented && inCode:
+			out = append(out, "```")
+			inCode = false
+		}
+		if inCode {
+			out = append(out, strings.TrimPrefix(strings.TrimPrefix(line, "\t"), "  "))
+			continue
+		}
+		out = append(out, strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(line))
+	}
+	if inCode {
+		out = append(out, "```")
+	}
+	return strings.Join(out, "\n")
 }
 
 // anchor is the heading anchor GitHub and most site generators derive from

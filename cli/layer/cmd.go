@@ -27,7 +27,23 @@ and join token).
 
 Generate the identity once per cluster and keep it secret; pack a layer
 whenever you install machines; inspect a layer to see what it holds without
-revealing a secret.`,
+revealing a secret.
+
+The archive is a gzip-compressed tar of regular files, each mode 0600:
+
+  layer.yaml                 format (liken.sh/layer/v1), cluster and machine names
+  cluster.yaml               the Cluster document
+  machines/<name>.yaml       one Machine document per machine
+  identity/server-ca.crt     and .key: the API server's certificate authority
+  identity/client-ca.crt     and .key: clients' certificate authority
+  identity/request-header-ca.crt  and .key: the front proxy's
+  identity/etcd/server-ca.crt     and .key: the datastore's
+  identity/etcd/peer-ca.crt       and .key: between datastore members
+  identity/service.key       the service-account signing key
+  identity/token             the join token (K10<server CA hash>::server:<secret>)
+
+Readers refuse absolute paths, .., links, devices, unexpected members and
+oversized members or archives, naming the member.`,
 		Example: `  # Create the identity of a new cluster
   liken layer generate ./mycluster-identity --cluster mycluster
 
