@@ -35,9 +35,11 @@ func TestUpgradeGuide(t *testing.T) {
 			return false, err.Error()
 		}
 		r := row(out, l.name)
-		return r != nil && r["AVAILABLE"] == next.Version, out
+		// cluster-operator acted on this request (not only on its own
+		// poll every 30 s).
+		acted := l.cluster().Status.Releases.ObservedCheckRequest == request
+		return r != nil && r["AVAILABLE"] == next.Version && acted, fmt.Sprintf("acted on the request: %v\n%s", acted, out)
 	})
-	assert.Equal(t, l.cluster().Status.Releases.ObservedCheckRequest, request, "cluster-operator did not record the check request it acted on")
 
 	// 2. An edit to a version the catalog does not name is refused while
 	// the edit is open, and changes nothing.

@@ -106,7 +106,18 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 	l := &lab{t: t, name: name, bin: bin}
 	l.env = append(os.Environ(), "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin)
 	l.env = append(l.env, o.env...)
-	t.Cleanup(l.down)
+	start := time.Now()
+	t.Cleanup(func() {
+		ran := time.Since(start)
+		downAt := time.Now()
+		l.down()
+		if l.up.IsZero() {
+			return
+		}
+		up := l.up.Sub(start)
+		t.Logf("durations of %s: lab up %s, scenario %s, lab down %s", name, up.Round(100*time.Millisecond),
+			(ran - up).Round(100*time.Millisecond), time.Since(downAt).Round(100*time.Millisecond))
+	})
 	t.Cleanup(func() {
 		if l.w != nil {
 			if !t.Failed() {
@@ -124,7 +135,6 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 	if o.policy != "" {
 		args = append(args, "--reboot-policy", o.policy)
 	}
-	start := time.Now()
 	out := l.mustLiken(args...)
 	l.up = time.Now()
 	m := regexp.MustCompile(`(?m)^export KUBECONFIG=(\S+)$`).FindStringSubmatch(out)
