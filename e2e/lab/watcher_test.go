@@ -109,14 +109,20 @@ type stream struct {
 	latest map[string]int64
 }
 
-func startWatcher(t *testing.T, c versioned.Interface, k kubernetes.Interface, cluster string) *watcher {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{
-		cluster: cluster, cancel: cancel, corrupt: map[string]bool{}, catalog: map[string]string{},
+// newWatcher returns a watcher of cluster with no streams yet.
+func newWatcher(cluster string) *watcher {
+	return &watcher{
+		cluster: cluster, cancel: func() {}, corrupt: map[string]bool{}, catalog: map[string]string{},
 		world:    world{machines: map[string]*likenv1.Machine{}, nodes: map[string]*corev1.Node{}},
 		machines: map[string][]record[*likenv1.Machine]{}, seenProbs: map[string]int{},
 	}
+}
+
+func startWatcher(t *testing.T, c versioned.Interface, k kubernetes.Interface, cluster string) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := newWatcher(cluster)
+	w.cancel = cancel
 	clusters, machines, nodes := c.LikenV1alpha1().Clusters(), c.LikenV1alpha1().Machines(), k.CoreV1().Nodes()
 	w.streams = []*stream{
 		{kind: "Cluster", list: func(ctx context.Context) (string, []runtime.Object, error) {
@@ -333,8 +339,8 @@ func (w *watcher) apply(ev event) {
 		w.clusters = append(w.clusters, record[*likenv1.Cluster]{rv: ev.rv, at: ev.at, obj: o})
 		for _, e := range o.Spec.Releases.Catalog {
 			if d, ok := w.catalog[e.Version]; ok && d != e.Digest {
-				w.problem("catalog/"+e.Version, fmt.Sprintf("revision %d: Cluster %s (resourceVersion %d) pins %s to %s; it was %s before",
-					ev.rv, o.Name, ev.rv, e.Version, e.Digest, d))
+				w.problem("catalog/"+e.Version, fmt.Sprintf("revision %d: Cluster %s@%s pins %s to %s; it was %s before",
+					ev.rv, o.Name, o.ResourceVersion, e.Version, e.Digest, d))
 			}
 			w.catalog[e.Version] = e.Digest
 		}
