@@ -205,12 +205,15 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if equality.Semantic.DeepEqual(cluster.Status, d.Status) {
 		return d.RequeueAfter, nil
 	}
+	// A copy that was paused must not act on what it saw before: confirm
+	// the lease before every ledger write (the resourceVersion guards the
+	// ledger itself).
+	what := "updating the turn ledger of cluster " + cluster.Name
 	if len(d.Granted) > 0 {
-		// A copy that was paused must not grant from what it saw before.
-		what := fmt.Sprintf("granting turns to %s in cluster %s", fleet.TurnsString(d.Granted), cluster.Name)
-		if err := c.cfg.Term.Fence.Confirm(ctx, what); err != nil {
-			return 0, fmt.Errorf("not %s: %w", what, err)
-		}
+		what = fmt.Sprintf("granting turns to %s in cluster %s", fleet.TurnsString(d.Granted), cluster.Name)
+	}
+	if err := c.cfg.Term.Fence.Confirm(ctx, what); err != nil {
+		return 0, fmt.Errorf("not %s: %w", what, err)
 	}
 	updated := cluster.DeepCopy()
 	updated.Status = d.Status
