@@ -267,9 +267,9 @@ func TestDrainBlockedThenTurnTakenBack(t *testing.T) {
 		}
 		return poll.Continue("the resumed drain has not reported DrainBlocked yet")
 	}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
-	m = e.machine()
-	assert.Equal(t, m.Status.Phase, likenv1.MachineRebooting)
-	assert.Equal(t, cond(m, likenv1.ConditionDrainBlocked).Status, metav1.ConditionTrue)
+	e.waitFor("still Rebooting and DrainBlocked", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineRebooting && cond(m, likenv1.ConditionDrainBlocked).Status == metav1.ConditionTrue
+	})
 
 	e.revoke()
 	m = e.waitFor("turn given back", func(m *likenv1.Machine) bool {

@@ -398,7 +398,7 @@ func TestTrialThatNeverRejoins(t *testing.T) {
 	e := newEnv(t, likenv1.RebootAuto)
 	e.editCluster(func(c *likenv1.Cluster) {
 		c.Spec.Version = v2
-		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 700 * time.Millisecond}
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
 	})
 	r := e.start()
 	e.waitPhase(likenv1.MachineUpdatePending)

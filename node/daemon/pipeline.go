@@ -110,7 +110,10 @@ func (d *Daemon) syncRelease(ctx context.Context, v *view) {
 		}
 	case oi.State == likenv1.SlotStaged && oi.Target() == *v.target:
 		v.staged = true
-		d.cancelDownload()
+		if d.dl != nil && d.dl.target != *v.target {
+			d.cancelDownload()
+		}
+		// A download of this target that just staged it reports itself.
 		d.dlFailure = nil
 	case d.dl != nil && d.dl.target == *v.target:
 		v.downloading = true
