@@ -240,3 +240,41 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	n := rec.check(t)
 	t.Logf("%d versions of the Cluster checked", n)
 }
+
+// cluster-operator killed mid-rollout and replaced by a copy with another
+// identity (a new pod) and a short grace: the new copy waits for the old
+// lease to expire, then grants nothing for its grace.
+func TestKilledAndReplacedShortGrace(t *testing.T) {
+	e := setup(t, fleetSpec{leaders: 1, workers: 2, maxUnavailable: "1", rebootFor: 8 * time.Second, renewEvery: time.Second})
+	rec := e.record()
+	flags := []string{"--startup-grace=6s", "--machine-lost-after=6s"}
+	old := e.startOperator("op-old", flags...)
+	e.waitFor("the Cluster to read Ready 3/3", time.Minute, func() bool {
+		c := e.cluster()
+		return c.Status.Phase == likenv1.ClusterReady && c.Status.Machines == "3/3"
+	})
+	e.setVersion(version2)
+	e.waitFor("node-2 to take its turn", 2*time.Minute, func() bool {
+		return e.cluster().Status.Turns == "node-2" && e.machine("node-2").Status.Phase == likenv1.MachineUpdating
+	})
+	old.signal(t, syscall.SIGKILL)
+	e.waitFor("op-old to die", 30*time.Second, old.exited)
+	killedAt := time.Now()
+	e.startOperator("op-new", flags...)
+	e.waitFor("op-new to lead", time.Minute, func() bool { return e.holder() == "op-new" })
+	l, err := e.kube.CoordinationV1().Leases(likenv1.SystemNamespace).Get(e.ctx, likenv1.OperatorLeaseName, metav1.GetOptions{})
+	assert.NilError(t, err)
+	leadingAt := l.Spec.AcquireTime.Time
+	e.waitFor("node-3 to get its turn", 2*time.Minute, func() bool { return e.cluster().Status.Turns == "node-3" })
+	var g grant
+	for _, x := range rec.grants() {
+		if x.machine == "node-3" {
+			g = x
+		}
+	}
+	assert.Assert(t, g.seen.Sub(leadingAt) >= 6*time.Second, "node-3 granted %s after op-new started leading", g.seen.Sub(leadingAt))
+	t.Logf("op-new led %s after the kill (the old lease had to expire); first grant seen %s after it started leading",
+		leadingAt.Sub(killedAt).Round(100*time.Millisecond), g.seen.Sub(leadingAt).Round(100*time.Millisecond))
+	e.waitRolledOut(version2, 2*time.Minute)
+	t.Logf("%d versions of the Cluster checked", rec.check(t))
+}
