@@ -4,13 +4,16 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"liken.sh/liken/cli/kube"
 	"liken.sh/liken/cli/lab"
@@ -53,6 +56,9 @@ follows rollouts.`,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
 	flags.AddFlags(root.PersistentFlags())
+	verbosity := 0
+	root.PersistentFlags().IntVarP(&verbosity, "v", "v", 0, "Log level of the Kubernetes client libraries (0: no logs; 4 or more shows requests).")
+	root.PersistentPreRun = func(*cobra.Command, []string) { setupLogs(verbosity) }
 	root.SetUsageTemplate(usageTemplate)
 	root.SetHelpTemplate(helpTemplate)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -112,6 +118,20 @@ func Run(ctx context.Context, root *cobra.Command, args []string, stdout, stderr
 		return 1
 	}
 	return 0
+}
+
+// setupLogs sends the client libraries' klog output to stderr at
+// verbosity v, and nowhere at 0: a command reports its own errors.
+func setupLogs(v int) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	if v > 0 {
+		_ = fs.Set("v", strconv.Itoa(v))
+		return
+	}
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
 }
 
 const helpTemplate = `{{with (or .Long .Short)}}{{. | trimTrailingWhitespaces}}

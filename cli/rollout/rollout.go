@@ -185,6 +185,15 @@ func Status(ctx context.Context, c versioned.Interface, opts StatusOptions, out 
 		return err
 	}
 
+	// Fail fast on what a watch would only retry: a missing cluster, no
+	// access.
+	if _, err := c.LikenV1alpha1().Clusters().Get(ctx, name, metav1.GetOptions{}); err != nil {
+		return kube.Explain(err, "cluster "+name)
+	}
+	if _, err := c.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return kube.Explain(err, "machines")
+	}
+
 	notify := make(chan struct{}, 1)
 	poke := func() {
 		select {
