@@ -11,10 +11,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -47,6 +49,9 @@ const (
 	ReasonChannelTooLarge = "ChannelTooLarge"
 	// ReasonChannelMalformed: index.yaml does not parse or breaks a rule.
 	ReasonChannelMalformed = "ChannelMalformed"
+	// ReasonCatalogDigestMismatch: the channel was read, but it announces a
+	// catalogued version with another digest than the catalog pins.
+	ReasonCatalogDigestMismatch = "CatalogDigestMismatch"
 )
 
 // Event reasons of the release controller.
@@ -55,6 +60,9 @@ const (
 	EventNewReleaseAvailable = "NewReleaseAvailable"
 	// EventChannelReadFailed: the channel could not be read (a new problem).
 	EventChannelReadFailed = "ChannelReadFailed"
+	// EventCatalogDigestMismatch: the channel and the catalog disagree on a
+	// release's digest (a new disagreement).
+	EventCatalogDigestMismatch = "CatalogDigestMismatch"
 )
 
 // Defaults.
@@ -165,6 +173,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 
 	res := c.read(ctx, cl.Spec.Releases.Source)
+	res.compare(cl.Spec.Releases.Catalog)
 	c.cfg.Metrics.ChannelReads.WithLabelValues(cl.Name, res.reason).Inc()
 	prev := cl.Status.Releases
 	first := true
@@ -198,6 +207,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		}
 	} else {
 		logger.V(2).Info("Channel read", "cluster", klog.KObj(cl), "newest", res.newest.Version)
+		if res.reason == ReasonCatalogDigestMismatch && prevReason(cl) != ReasonCatalogDigestMismatch {
+			c.cfg.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, EventCatalogDigestMismatch, "ReadChannel", "%s", res.message)
+		}
 		if res.newest.Version != "" && res.newest.Version != prev.Available {
 			c.cfg.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, EventNewReleaseAvailable, "ReadChannel",
 				"The channel %s announces release %s (digest %s). To upgrade, add it to spec.releases.catalog and set spec.version to it.",
@@ -217,6 +229,35 @@ type readResult struct {
 	reason  string
 	message string
 	err     error
+	index   *release.Index
+}
+
+// compare notes, after a successful read, the catalogued versions the
+// channel announces with another digest. Machines verify against the
+// catalog, so they would refuse such a release: say so before they try.
+func (r *readResult) compare(catalog []likenv1.CatalogEntry) {
+	if r.err != nil || r.index == nil {
+		return
+	}
+	var bad []string
+	for _, e := range catalog {
+		if a := r.index.Lookup(e.Version); a != nil && a.Digest != e.Digest {
+			bad = append(bad, fmt.Sprintf("%s (channel %s, catalog %s)", e.Version, a.Digest, e.Digest))
+		}
+	}
+	if len(bad) == 0 {
+		return
+	}
+	r.reason = ReasonCatalogDigestMismatch
+	r.message += fmt.Sprintf(" The channel and spec.releases.catalog disagree on the digest of %s: machines refuse such a release (DigestMismatch). "+
+		"Check the digest with `liken release digest` and correct the catalog entry, or the channel.", strings.Join(bad, ", "))
+}
+
+func prevReason(cl *likenv1.Cluster) string {
+	if c := meta.FindStatusCondition(cl.Status.Conditions, likenv1.ConditionReleasesAvailable); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 // apply writes a read's outcome into the fields this controller owns:
@@ -287,7 +328,7 @@ func (c *Controller) read(ctx context.Context, source string) readResult {
 	if err != nil {
 		return fail(ReasonChannelMalformed, err, "%s is malformed: %v. Fix the channel's index (liken release rewrites it).", index, err)
 	}
-	res := readResult{reason: ReasonChannelRead, count: len(idx.Releases)}
+	res := readResult{reason: ReasonChannelRead, count: len(idx.Releases), index: idx}
 	if n := idx.Newest(); n != nil {
 		res.newest = *n
 		res.message = fmt.Sprintf("The channel announces %d releases; the newest is %s.", res.count, n.Version)

@@ -252,3 +252,26 @@ func TestWriteRetriesOnConflictWithOwnFieldsOnly(t *testing.T) {
 	assert.Equal(t, st.Turns, "a", "the other writer's ledger is kept")
 	assert.Equal(t, ch.reads.Load(), int32(1))
 }
+
+func TestCatalogDigestMismatchIsNamed(t *testing.T) {
+	// The test index gives version i the digest sha256:<i+1 in hex>; the
+	// test catalog pins Version2 (2026.11.20-001) to sha256:...2.
+	ch := newChannel(t, index("2026.11.20-001", "2026.11.01-001"))
+	f := newFixture(t, tu.Cluster("lab", withSource(ch.srv.URL+"/liken"), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, tu.Epoch))))
+	before := f.stored()
+	f.sync()
+	cond := f.condition()
+	assert.Equal(t, cond.Status, metav1.ConditionTrue, "the channel itself was read")
+	assert.Equal(t, cond.Reason, ReasonCatalogDigestMismatch)
+	assert.Assert(t, is.Contains(cond.Message, fmt.Sprintf("2026.11.20-001 (channel sha256:%064x, catalog sha256:%064x)", 1, 2)))
+	assert.Assert(t, is.Contains(cond.Message, fmt.Sprintf("2026.11.01-001 (channel sha256:%064x, catalog sha256:%064x)", 2, 1)))
+	after := f.stored()
+	assert.Equal(t, after.Status.Releases.Available, "2026.11.20-001")
+	assert.DeepEqual(t, after.Status.RebootTurns, before.Status.RebootTurns)
+	assert.DeepEqual(t, after.Spec, before.Spec)
+	var evs []string
+	for len(f.recorder.Events) > 0 {
+		evs = append(evs, <-f.recorder.Events)
+	}
+	assert.Assert(t, is.Contains(strings.Join(evs, "\n"), "Warning CatalogDigestMismatch"))
+}
