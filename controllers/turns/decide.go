@@ -190,7 +190,7 @@ func Decide(in Input) Decision {
 	case in.Now.Before(in.GrantFrom):
 		blocked = &metav1.Condition{Reason: likenv1.ReasonStartupGrace, Message: fmt.Sprintf(
 			"cluster-operator %s started leading; it grants no turn until %s, so that machines that went down before it started read Lost first. Granting resumes then by itself.",
-			in.Identity, in.GrantFrom.UTC().Format(time.RFC3339))}
+			in.Identity, ceilSecond(in.GrantFrom).UTC().Format(time.RFC3339))}
 	case stalled != nil:
 		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stallMessage(c.Name, stalled, stallTimeout)}
 	}
@@ -292,6 +292,16 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool)
 		if m.Status.Phase == likenv1.MachineReady && !node.Unschedulable {
 			return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
 				"Machine %s finished its %s turn: Ready on %s from a new boot", m.Name, t.Reason, m.Status.Version)}, true
+		}
+		// Back from the reboot and already asking for something else (a
+		// change that arrived during the turn): this turn is over, and the
+		// new change asks for a turn of its own.
+		switch m.Status.Phase {
+		case likenv1.MachineDownloading, likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
+			if m.Status.Change != t.Change && !node.Unschedulable {
+				return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
+					"Machine %s finished its %s turn: it is back from a new boot on %s and now has another change staged", m.Name, t.Reason, m.Status.Version)}, true
+			}
 		}
 		return Ended{}, false
 	}
@@ -416,4 +426,13 @@ func nextDeadline(turns []likenv1.RebootTurn, now, grantFrom time.Time, stallTim
 		consider(t.GrantedAt.Add(stallTimeout))
 	}
 	return next
+}
+
+// ceilSecond rounds t up to a whole second, so a time printed without
+// fractions is never earlier than t.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
 }

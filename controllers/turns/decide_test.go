@@ -329,6 +329,10 @@ func TestTurnsEnd(t *testing.T) {
 			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), node: Node{State: fleet.NodeReady, Unschedulable: true}},
 		{name: "ready from the same boot keeps the turn of a started machine", turn: tu.Turn("a", likenv1.TurnReboot, false, granted),
 			machine: tu.Machine("a", tu.WantsReboot, tu.Phase(likenv1.MachineRebooting))},
+		{name: "back from a new boot with another change staged finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.WantsReboot, tu.Change("change-newer"), tu.Rebooted), result: ResultFinished, message: "another change staged"},
+		{name: "back from a new boot with another change but still cordoned keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.WantsReboot, tu.Change("change-newer"), tu.Rebooted), node: Node{State: fleet.NodeReady, Unschedulable: true}},
 		{name: "failed trial ends the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.WantsRelease, tu.TrialFailed), result: ResultTrialFailed, message: "NoRejoin"},
 		{name: "deleted machine", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
@@ -501,6 +505,11 @@ func TestStartupGrace(t *testing.T) {
 	d = Decide(in)
 	assert.DeepEqual(t, granted(d), []string{"a"})
 	assert.Equal(t, progressing(t, d.Status).Reason, likenv1.ReasonGranting)
+
+	// A grace ending within a second is announced at the next whole second.
+	in.GrantFrom = tu.Epoch.Add(40*time.Second + 300*time.Millisecond)
+	in.Now = tu.Epoch.Add(time.Second)
+	assert.Assert(t, is.Contains(progressing(t, Decide(in).Status).Message, "until 2026-11-30T10:00:41Z"))
 }
 
 func TestGrantingMessage(t *testing.T) {
