@@ -24,6 +24,11 @@ func TestUpgradeGuide(t *testing.T) {
 	l := startLab(t, "e2e-guide", labOptions{policy: "Auto"})
 	from := l.cluster().Spec.Version
 	names := machineNames(l)
+	// liken lab status names each machine's own identity.
+	for _, m := range l.st.Machines {
+		who := l.mustKubectl("--kubeconfig", m.Kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+		assert.Equal(t, who, "system:node:"+m.Name)
+	}
 
 	// 1. Find the release.
 	next := l.publish("")
@@ -63,8 +68,10 @@ func TestUpgradeGuide(t *testing.T) {
 	budget, err := c.Spec.Disruption.MaxUnavailableFor(len(names))
 	assert.NilError(t, err)
 	assert.Equal(t, budget, 1, "the default budget (maxUnavailable %v)", c.Spec.Disruption.MaxUnavailable)
-	edited := l.w.settle(t)
 	start := time.Now()
+	l.w.settle(t)
+	edited := l.w.clusterRV(func(c *likenv1.Cluster) bool { return c.Spec.Version == next.Version })
+	assert.Assert(t, edited > 0)
 
 	// 3 and 4. Watch the rollout: the wide listing names the turn holder.
 	var turnsRow string

@@ -33,6 +33,10 @@ import (
 // commandTimeout bounds every liken and kubectl command a test runs.
 const commandTimeout = 3 * time.Minute
 
+// minTimeLeft is the least time before go test's deadline in which a lab
+// scenario may start.
+const minTimeLeft = 6 * time.Minute
+
 // labStatus is the JSON of `liken lab status -o json`.
 type labStatus struct {
 	Name       string `json:"name"`
@@ -98,6 +102,13 @@ func binDir(t *testing.T) string {
 // dump of the lab's state and logs.
 func startLab(t *testing.T, name string, o labOptions) *lab {
 	t.Helper()
+	// go test panics at its -timeout without running cleanups, which would
+	// leave the lab's processes running: refuse to start a lab that might
+	// not be brought down.
+	if deadline, ok := t.Deadline(); ok && time.Until(deadline) < minTimeLeft {
+		t.Fatalf("only %s left before go test's -timeout; a lab scenario needs up to %s: run these tests with -timeout 30m (as make test does)",
+			time.Until(deadline).Round(time.Second), minTimeLeft)
+	}
 	bin := binDir(t)
 	for _, b := range []string{"liken", "liken-node", "cluster-operator", "kube"} {
 		_, err := os.Stat(filepath.Join(bin, b))
@@ -123,6 +134,10 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 			if !t.Failed() {
 				l.w.settle(t)
 				l.w.assertNoViolations(t)
+			} else {
+				// Show what broke, from what was delivered, without
+				// waiting on an API server that may be the problem.
+				l.w.evaluateDelivered()
 			}
 			l.w.stop()
 		}
@@ -142,7 +157,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 
 	assert.NilError(t, json.Unmarshal([]byte(l.mustLiken("lab", "status", "--name", name, "-o", "json")), &l.st))
 	assert.Equal(t, l.st.Kubeconfig, m[1], "lab status and lab up name different kubeconfigs")
-	assert.Assert(t, strings.HasPrefix(l.st.Channel, "http"), "channel %q", l.st.Channel)
+	l.checkStatus()
 	cfg, err := clientcmd.BuildConfigFromFlags("", l.st.Kubeconfig)
 	assert.NilError(t, err)
 	l.client, err = versioned.NewForConfig(cfg)
@@ -153,6 +168,33 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 
 	l.w = startWatcher(t, l.client, l.kube, name)
 	return l
+}
+
+// checkStatus checks what liken lab status -o json must say: the admin
+// kubeconfig, the channel URL, every process with its kind, name and pid,
+// and every machine with its own kubeconfig.
+func (l *lab) checkStatus() {
+	t := l.t
+	t.Helper()
+	st := l.st
+	assert.Assert(t, strings.HasPrefix(st.Channel, "http://") || strings.HasPrefix(st.Channel, "https://"), "channel %q", st.Channel)
+	_, err := os.Stat(st.Kubeconfig)
+	assert.NilError(t, err)
+	kinds := map[string]int{}
+	for _, p := range st.Processes {
+		assert.Assert(t, p.Kind != "" && p.Name != "" && p.PID > 0, "process %+v", p)
+		kinds[p.Kind]++
+	}
+	assert.Equal(t, kinds["operator"], 2, "processes by kind: %v", kinds)
+	assert.Equal(t, kinds["machine"], 5, "processes by kind: %v", kinds)
+	for _, k := range []string{"etcd", "kube-apiserver"} {
+		assert.Equal(t, kinds[k], 1, "processes by kind: %v", kinds)
+	}
+	assert.Equal(t, len(st.Machines), 5)
+	for _, m := range st.Machines {
+		_, err := os.Stat(m.Kubeconfig)
+		assert.NilError(t, err, "machine %s", m.Name)
+	}
 }
 
 func (l *lab) down() {

@@ -300,6 +300,22 @@ func (w *watcher) settle(t *testing.T) int64 {
 	return upTo
 }
 
+// evaluateDelivered evaluates what every stream has delivered so far,
+// without a barrier: for a failed test's report.
+func (w *watcher) evaluateDelivered() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	upTo := int64(-1)
+	for _, s := range w.streams {
+		if upTo < 0 || s.lastRV < upTo {
+			upTo = s.lastRV
+		}
+	}
+	if upTo > w.evalRV {
+		w.evaluate(upTo)
+	}
+}
+
 // evaluate applies every pending event up to revision upTo in revision
 // order and checks the invariants after each. Call with w.mu held.
 func (w *watcher) evaluate(upTo int64) {
@@ -541,6 +557,18 @@ func (w *watcher) clusterHistory(from int64) []record[*likenv1.Cluster] {
 		}
 	}
 	return out
+}
+
+// clusterRV returns one less than the revision of the first recorded
+// version of the Cluster that satisfies pred, so that histories after the
+// returned revision include that version; 0 if no version does.
+func (w *watcher) clusterRV(pred func(*likenv1.Cluster) bool) int64 {
+	for _, r := range w.clusterHistory(0) {
+		if pred(r.obj) {
+			return r.rv - 1
+		}
+	}
+	return 0
 }
 
 // clusterPhases is the sequence of the Cluster's phases after revision
