@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -122,6 +123,26 @@ func waitPort(ctx context.Context, portFile string, pid int) (int, error) {
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("waiting for the release channel server: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitPIDFile waits for a supervisor to record the PID of the process it
+// started.
+func waitPIDFile(ctx context.Context, path string, supervisor int) (int, error) {
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			if p, err := strconv.Atoi(string(b)); err == nil {
+				return p, nil
+			}
+		}
+		if !controlplane.Alive(supervisor) {
+			return 0, fmt.Errorf("the supervisor (pid %d) exited before it started its process; see %s", supervisor, strings.TrimSuffix(path, ".pid")+".log")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -50,7 +50,7 @@ labs with different names can run at once.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newUpCommand(), newPublishCommand(), newStatusCommand(), newPowerCommand(), newDownCommand(),
-		newMachineCommand(), newChannelCommand())
+		newMachineCommand(), newChannelCommand(), newOperatorCommand())
 	return cmd
 }
 
@@ -241,6 +241,13 @@ func newDownCommand() *cobra.Command {
 // process group: firmware and node daemon), then operators, the channel,
 // and the control plane, newest first.
 func stopAll(st *State) {
+	// Supervisors first, so that they do not start the copies again; each
+	// stops its copy on SIGTERM.
+	for _, p := range st.Processes {
+		if p.Kind == KindSupervisor {
+			controlplane.StopPID(p.PID, 15*time.Second)
+		}
+	}
 	for i := len(st.Processes) - 1; i >= 0; i-- {
 		p := st.Processes[i]
 		if p.Kind == KindMachine && p.PID > 0 {
@@ -249,7 +256,7 @@ func stopAll(st *State) {
 		}
 	}
 	for i := len(st.Processes) - 1; i >= 0; i-- {
-		if p := st.Processes[i]; p.Kind != KindMachine {
+		if p := st.Processes[i]; p.Kind != KindMachine && p.Kind != KindSupervisor {
 			controlplane.StopPID(p.PID, 10*time.Second)
 		}
 	}

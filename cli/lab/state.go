@@ -99,6 +99,7 @@ func Load(name string) (*State, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("%s is damaged (%v): stop what is left with liken lab down --name %s", filepath.Join(dir, "lab.json"), err, name)
 	}
+	st.refreshOperatorPIDs()
 	return &st, nil
 }
 

@@ -281,14 +281,19 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 
 	for i := 1; i <= o.operators; i++ {
 		n := fmt.Sprintf("cluster-operator-%d", i)
-		p, err := controlplane.StartProcess(bins.operator, []string{
-			"--kubeconfig", cp.OperatorKubeconfig, "--identity", o.name + "-" + n, "--metrics-bind-address", "127.0.0.1:0",
+		sup, err := controlplane.StartProcess(bins.liken, []string{"lab", "operator", "--lab-dir", dir, "--name", n, "--",
+			bins.operator, "--kubeconfig", cp.OperatorKubeconfig, "--identity", o.name + "-" + n, "--metrics-bind-address", "127.0.0.1:0",
 		}, filepath.Join(dir, n+".log"), true)
 		if err != nil {
 			return err
 		}
-		p.Kind, p.Name = KindOperator, n
-		st.Processes = append(st.Processes, *p)
+		sup.Kind, sup.Name = KindSupervisor, n
+		st.Processes = append(st.Processes, *sup)
+		pid, err := waitPIDFile(ctx, filepath.Join(dir, n+".pid"), sup.PID)
+		if err != nil {
+			return err
+		}
+		st.Processes = append(st.Processes, controlplane.Process{Kind: KindOperator, Name: n, PID: pid, Log: sup.Log})
 	}
 	for i := range st.Machines {
 		p, err := startMachineWith(st, &st.Machines[i], bins)
