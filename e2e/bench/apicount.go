@@ -108,8 +108,12 @@ func (r *statusRecorder) WriteHeader(code int) {
 // Unwrap lets the proxy flush watch events through the recorder.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// Close stops the proxy.
-func (c *APICounter) Close() { c.srv.Close() }
+// Close stops the proxy, cutting the connections of its clients (their
+// watches too).
+func (c *APICounter) Close() {
+	c.srv.CloseClientConnections()
+	c.srv.Close()
+}
 
 func (c *APICounter) count(r Request) {
 	c.mu.Lock()

@@ -1,0 +1,367 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	likeninformers "liken.sh/liken/generated/informers/externalversions"
+)
+
+// labOptions shape one lab run.
+type labOptions struct {
+	machines, leaders, maxUnavailable int
+	// settle is how long the daemon runs after its restart before the
+	// window at rest; rest is that window.
+	settle, rest time.Duration
+	// rollout bounds the rollout.
+	rollout time.Duration
+}
+
+// turnTimes is one machine's turn as the Cluster showed it.
+type turnTimes struct {
+	granted, ended time.Time
+	leader         bool
+}
+
+// labResult is what one lab run measured.
+type labResult struct {
+	o labOptions
+	// The node daemon at rest.
+	daemon      string
+	rest        Usage
+	restReqs    Counts
+	restStarted Counts
+	// The rollout.
+	version        string
+	total          time.Duration
+	firstStaged    time.Duration
+	lastStaged     time.Duration
+	turns          map[string]*turnTimes
+	firstGrant     time.Time
+	lastEnd        time.Time
+	edit           time.Time
+	daemonRollout  Counts
+	operatorCPU    time.Duration
+	upgradedDaemon bool
+}
+
+// rolloutWatch follows the lab's Cluster and Machines from an edit of
+// spec.version to the end of the rollout.
+type rolloutWatch struct {
+	mu      sync.Mutex
+	version string
+	total   int
+	turns   map[string]*turnTimes
+	staged  map[string]time.Time
+	done    time.Time
+}
+
+func (w *rolloutWatch) onCluster(obj any) {
+	at := time.Now()
+	c, ok := obj.(*likenv1.Cluster)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.version == "" || c.Spec.Version != w.version {
+		return
+	}
+	now := map[string]bool{}
+	for _, t := range c.Status.RebootTurns {
+		now[t.Machine] = true
+		if w.turns[t.Machine] == nil {
+			w.turns[t.Machine] = &turnTimes{granted: at, leader: t.Leader}
+		}
+	}
+	for m, t := range w.turns {
+		if !now[m] && t.ended.IsZero() {
+			t.ended = at
+		}
+	}
+	if w.done.IsZero() && c.Status.Phase == likenv1.ClusterReady && len(c.Status.RebootTurns) == 0 &&
+		c.Status.Machines == fmt.Sprintf("%d/%d", w.total, w.total) && c.Status.ObservedGeneration == c.Generation {
+		w.done = at
+	}
+}
+
+func (w *rolloutWatch) onMachine(obj any) {
+	at := time.Now()
+	m, ok := obj.(*likenv1.Machine)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// Staged: the release verified in the other slot, waiting for a turn.
+	if w.version == "" || m.Status.Staged != w.version || m.Status.Phase != likenv1.MachineUpdatePending {
+		return
+	}
+	if _, ok := w.staged[m.Name]; !ok {
+		w.staged[m.Name] = at
+	}
+}
+
+// runLab brings up a lab, measures one machine's node daemon at rest
+// through a counting proxy, then rolls the fleet to a new release and
+// measures the rollout against the ideal.
+func runLab(t testing.TB, o labOptions) labResult {
+	r := labResult{o: o}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := StartLab(t, LabOptions{Name: "bench", Machines: o.machines, Leaders: o.leaders, Timeout: 5*time.Minute + time.Duration(o.machines)*10*time.Second})
+
+	// The watch, before anything changes.
+	w := &rolloutWatch{total: o.machines, turns: map[string]*turnTimes{}, staged: map[string]time.Time{}}
+	factory := likeninformers.NewSharedInformerFactory(l.Liken, 0)
+	ci, mi := factory.Liken().V1alpha1().Clusters().Informer(), factory.Liken().V1alpha1().Machines().Informer()
+	for inf, fn := range map[cache.SharedIndexInformer]func(any){ci: w.onCluster, mi: w.onMachine} {
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: fn, UpdateFunc: func(_, n any) { fn(n) }})
+		must(t, err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), ci.HasSynced, mi.HasSynced) {
+		t.Fatal("the lab's watch did not sync")
+	}
+
+	// The node daemon at rest: the last machine (a worker) restarts with
+	// a kubeconfig that goes through the counting proxy.
+	m := l.Status.Machines[len(l.Status.Machines)-1]
+	r.daemon = m.Name
+	counter, err := StartAPICounter(l.Config)
+	must(t, err)
+	t.Cleanup(counter.Close)
+	mcfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
+	must(t, err)
+	must(t, counter.WriteKubeconfig(m.Kubeconfig, mcfg))
+	before, err := l.Liken.LikenV1alpha1().Machines().Get(ctx, m.Name, metav1.GetOptions{})
+	must(t, err)
+	_, err = l.Run(time.Minute, "lab", "power", "cycle", m.Name, "--name", l.name)
+	must(t, err)
+	var daemonPID int
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		cur, err := l.Liken.LikenV1alpha1().Machines().Get(ctx, m.Name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("reading Machine %s: %v", m.Name, err)
+		}
+		if cur.Status.Observed.BootID == before.Status.Observed.BootID || cur.Status.Phase != likenv1.MachineReady {
+			return poll.Continue("machine %s: phase %s, boot %s", m.Name, cur.Status.Phase, cur.Status.Observed.BootID)
+		}
+		l.Refresh()
+		pids, err := Children(l.MachinePID(m.Name), "liken-node")
+		if err != nil || len(pids) != 1 {
+			return poll.Continue("looking for the liken-node process of %s: %v %v", m.Name, pids, err)
+		}
+		daemonPID = pids[0]
+		return poll.Success()
+	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(500*time.Millisecond))
+	r.restStarted = counter.Snapshot()
+	window(ctx, o.settle)
+	c0 := counter.Snapshot()
+	s := StartSampler(daemonPID, time.Second)
+	window(ctx, o.rest)
+	r.rest = stopSampler(t, s)
+	r.restReqs = counter.Snapshot().Sub(c0)
+	t.Logf("node daemon %s (pid %d) at rest for %s: RSS %.1f MiB, CPU %s; requests: %s",
+		m.Name, daemonPID, r.rest.Wall.Round(time.Second), MiB(r.rest.RSSMax), r.rest.CPU, r.restReqs)
+
+	// The rollout: maxUnavailable, a new release, one edit, once the
+	// operator's startup grace is over (a fresh lab starts inside it).
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		c, err := l.Liken.LikenV1alpha1().Clusters().Get(ctx, l.name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("reading the Cluster: %v", err)
+		}
+		if p := meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing); p == nil || p.Reason == likenv1.ReasonStartupGrace {
+			return poll.Continue("cluster-operator is in its startup grace")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(time.Second))
+	l.Patch(fmt.Sprintf(`[{"op":"add","path":"/spec/disruption/maxUnavailable","value":%d}]`, o.maxUnavailable))
+	version, digest := l.Publish()
+	r.version = version
+	var opCPU0 time.Duration
+	for _, pid := range l.OperatorPIDs() {
+		if p, err := ReadProc(pid); err == nil {
+			opCPU0 += p.CPU
+		}
+	}
+	c1 := counter.Snapshot()
+	w.mu.Lock()
+	w.version = version
+	w.mu.Unlock()
+	r.edit = time.Now()
+	l.Patch(fmt.Sprintf(`[{"op":"add","path":"/spec/releases/catalog/-","value":{"version":%q,"digest":%q}},{"op":"replace","path":"/spec/version","value":%q}]`, version, digest, version))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.done.IsZero() {
+			return poll.Success()
+		}
+		return poll.Continue("%d machines staged, %d turns granted", len(w.staged), len(w.turns))
+	}, poll.WithTimeout(o.rollout), poll.WithDelay(time.Second))
+	r.daemonRollout = counter.Snapshot().Sub(c1)
+	for _, pid := range l.OperatorPIDs() {
+		if p, err := ReadProc(pid); err == nil {
+			r.operatorCPU += p.CPU
+		}
+	}
+	r.operatorCPU -= opCPU0
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r.total = w.done.Sub(r.edit)
+	r.turns = w.turns
+	for name, at := range w.staged {
+		d := at.Sub(r.edit)
+		if r.firstStaged == 0 || d < r.firstStaged {
+			if leader := strings.HasPrefix(name, "node-") && leaderIndex(name) <= o.leaders; leader {
+				r.firstStaged = d
+			}
+		}
+		r.lastStaged = max(r.lastStaged, d)
+	}
+	for _, t := range w.turns {
+		if r.firstGrant.IsZero() || t.granted.Before(r.firstGrant) {
+			r.firstGrant = t.granted
+		}
+		if t.ended.After(r.lastEnd) {
+			r.lastEnd = t.ended
+		}
+	}
+	return r
+}
+
+// leaderIndex is n of a lab machine named node-n (the lab's first
+// machines are its leaders).
+func leaderIndex(name string) int {
+	var n int
+	_, _ = fmt.Sscanf(name, "node-%d", &n)
+	return n
+}
+
+// turnDurations are the machines' turns, from grant to end.
+func (r labResult) turnDurations() (all, leaders, workers []time.Duration) {
+	for _, t := range r.turns {
+		if t.ended.IsZero() {
+			continue
+		}
+		d := t.ended.Sub(t.granted)
+		all = append(all, d)
+		if t.leader {
+			leaders = append(leaders, d)
+		} else {
+			workers = append(workers, d)
+		}
+	}
+	return all, leaders, workers
+}
+
+// ideal is the rollout of the model: the first leader staged, then the
+// leaders one at a time, then the workers in waves of maxUnavailable,
+// each turn as long as the median measured turn.
+func (r labResult) ideal() (ideal, turnPhase time.Duration, waves int) {
+	all, _, _ := r.turnDurations()
+	t := Median(all)
+	workers := r.o.machines - r.o.leaders
+	waves = r.o.leaders + int(math.Ceil(float64(workers)/float64(r.o.maxUnavailable)))
+	turnPhase = time.Duration(waves) * t
+	return r.firstStaged + turnPhase, turnPhase, waves
+}
+
+func (r labResult) check(t testing.TB) {
+	t.Helper()
+	assert.Equal(t, len(r.turns), r.o.machines, "every machine takes one turn")
+	all, _, _ := r.turnDurations()
+	assert.Equal(t, len(all), r.o.machines, "every turn ended")
+	assert.Assert(t, r.total > 0 && r.firstStaged > 0, "total %s, first staged after %s", r.total, r.firstStaged)
+	assert.Assert(t, r.rest.Samples >= 2 && r.rest.RSSMax > 0, "no sample of the node daemon at rest: %+v", r.rest)
+	hb := r.restReqs[Request{"update", "leases"}]
+	assert.Assert(t, hb > 0, "the node daemon renewed no heartbeat at rest: %s", r.restReqs)
+	lists := r.restReqs.Total(func(q Request) bool { return q.Verb == "list" })
+	assert.Equal(t, lists, 0, "the node daemon LISTed at rest: %s", r.restReqs)
+	other := r.restReqs.Total(func(q Request) bool { return q.IsWrite() && q.Resource != "leases" })
+	assert.Equal(t, other, 0, "the node daemon wrote something besides its heartbeat at rest: %s", r.restReqs)
+	assert.Assert(t, r.daemonRollout.Writes() > 0, "the measured machine made no write in the rollout")
+}
+
+func (r labResult) report(t testing.TB) {
+	all, leaders, workers := r.turnDurations()
+	ideal, turnPhase, waves := r.ideal()
+	minutes := r.rest.Wall.Minutes()
+	hb := r.restReqs[Request{"update", "leases"}]
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n#### Rollout of %d machines (%d leaders), maxUnavailable %d, release %s\n\n", r.o.machines, r.o.leaders, r.o.maxUnavailable, r.version)
+	fmt.Fprintf(&b, "| figure | liken | ideal in the same run | ratio |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| edit of spec.version to Cluster Ready | %.1f s | %.1f s: first leader staged after %.1f s + %d turns of %.1f s | %.2f x |\n",
+		r.total.Seconds(), ideal.Seconds(), r.firstStaged.Seconds(), waves, Median(all).Seconds(), r.total.Seconds()/ideal.Seconds())
+	fmt.Fprintf(&b, "| first grant to last turn's end | %.1f s | %.1f s (%d turns of %.1f s) | %.2f x |\n",
+		r.lastEnd.Sub(r.firstGrant).Seconds(), turnPhase.Seconds(), waves, Median(all).Seconds(), r.lastEnd.Sub(r.firstGrant).Seconds()/turnPhase.Seconds())
+	fmt.Fprintf(&b, "| where the time went | edit to first grant %.1f s, first grant to last turn's end %.1f s, last end to Cluster Ready %.1f s | - | - |\n",
+		r.firstGrant.Sub(r.edit).Seconds(), r.lastEnd.Sub(r.firstGrant).Seconds(), r.edit.Add(r.total).Sub(r.lastEnd).Seconds())
+	fmt.Fprintf(&b, "| machine turn, grant to end: median (min-max) | leaders %.1f s (%.1f-%.1f), workers %.1f s (%.1f-%.1f) | - | - |\n",
+		Median(leaders).Seconds(), Percentile(leaders, 0.0001).Seconds(), Percentile(leaders, 100).Seconds(),
+		Median(workers).Seconds(), Percentile(workers, 0.0001).Seconds(), Percentile(workers, 100).Seconds())
+	fmt.Fprintf(&b, "| last machine staged | %.1f s after the edit | - | - |\n", r.lastStaged.Seconds())
+	fmt.Fprintf(&b, "| cluster-operator CPU (both copies) for the rollout | %.2f s, %.0f ms per machine | - | - |\n", r.operatorCPU.Seconds(), ms(r.operatorCPU)/float64(r.o.machines))
+	fmt.Fprintf(&b, "| writes of machine %s in the rollout, heartbeats apart | %d (all its requests: %s) | - | - |\n", r.daemon,
+		r.daemonRollout.Total(func(q Request) bool { return q.IsWrite() && q.Resource != "leases" }), r.daemonRollout)
+	fmt.Fprintf(&b, "\n#### Node daemon at rest (%s, %.1f min after a %s settle)\n\n", r.daemon, minutes, r.o.settle)
+	fmt.Fprintf(&b, "| figure | liken-node | baseline | ratio |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| API requests per minute | %.1f (%s) | its heartbeats alone: %.1f | %.2f x |\n",
+		float64(r.restReqs.Total(nil))/minutes, r.restReqs, float64(hb)/minutes, float64(r.restReqs.Total(nil))/float64(max(hb, 1)))
+	fmt.Fprintf(&b, "| LIST requests | %d | 0 | - |\n", r.restReqs.Total(func(q Request) bool { return q.Verb == "list" }))
+	fmt.Fprintf(&b, "| RSS median / max | %.1f / %.1f MiB | - | - |\n", MiB(r.rest.RSSMedian), MiB(r.rest.RSSMax))
+	fmt.Fprintf(&b, "| CPU | %.0f ms per minute (%.4f cores) | - | - |\n", ms(r.rest.CPU)/minutes, r.rest.Cores())
+	fmt.Fprintf(&b, "| requests while it started (boot to Ready) | %s | - | - |\n", r.restStarted)
+	t.Log(b.String())
+	if bb, ok := t.(*testing.B); ok {
+		bb.ReportMetric(r.total.Seconds()/ideal.Seconds(), "x-ideal")
+		bb.ReportMetric(r.total.Seconds(), "rollout-s")
+		bb.ReportMetric(ideal.Seconds(), "ideal-s")
+		bb.ReportMetric(Median(all).Seconds(), "turn-s")
+		bb.ReportMetric(float64(r.restReqs.Total(nil))/minutes, "daemon-req/min")
+		bb.ReportMetric(MiB(r.rest.RSSMax), "daemon-rss-MiB")
+		bb.ReportMetric(ms(r.rest.CPU)/minutes, "daemon-cpu-ms/min")
+	}
+}
+
+// BenchmarkLabRollout rolls a lab of 30 machines (3 leaders) to a new
+// release with maxUnavailable 5 (10 machines without LIKEN_BENCH=full),
+// and measures one node daemon at rest first. Targets: the rollout within
+// 1.25 x of the ideal; the daemon at rest sends only its heartbeats.
+func BenchmarkLabRollout(b *testing.B) {
+	o := labOptions{machines: 30, leaders: 3, maxUnavailable: 5, settle: 30 * time.Second, rest: 5 * time.Minute, rollout: 20 * time.Minute}
+	if !full() {
+		o.machines, o.rest = 10, time.Minute
+	}
+	var r labResult
+	for b.Loop() {
+		r = runLab(b, o)
+	}
+	r.report(b)
+	r.check(b)
+}
+
+// TestLabRolloutSmoke runs the lab benchmark on 3 machines (1 leader) so
+// that it keeps working.
+func TestLabRolloutSmoke(t *testing.T) {
+	r := runLab(t, labOptions{machines: 3, leaders: 1, maxUnavailable: 2, settle: 3 * time.Second, rest: 12 * time.Second, rollout: 4 * time.Minute})
+	r.report(t)
+	r.check(t)
+}
