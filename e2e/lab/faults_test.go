@@ -16,14 +16,15 @@ import (
 // A release whose image panics at boot, then one that boots but never
 // rejoins: each time the first machine to try returns to its proven slot
 // on its own, reports TrialFailed, the rollout halts, and no other
-// machine takes the bad release. A new spec.version lifts the first halt.
+// machine takes the bad release. A new spec.version lifts a halt, and a
+// return to the panicking release halts again.
 func TestFailedTrialsHaltTheRollout(t *testing.T) {
 	l := startLab(t, "e2e-faults", labOptions{policy: "Auto"})
 	good := l.cluster().Spec.Version
 
 	panicking := l.publish("panic")
 	from := l.setVersion(panicking.Version, panicking)
-	failed, took := l.waitTrialFailed(panicking.Version, 3*time.Minute)
+	failed, took := l.waitTrialFailed(panicking.Version, time.Time{}, 3*time.Minute)
 	l.checkTrialFailed(from, failed, good, panicking.Version)
 	assert.Assert(t, len(l.firmwareLines(failed, "kernel panic")) > 0, "%s's firmware did not log the panic", failed)
 	t.Logf("panic release: halted %s after spec.version changed", took.Round(100*time.Millisecond))
@@ -37,26 +38,35 @@ func TestFailedTrialsHaltTheRollout(t *testing.T) {
 	// same way, after the trial timeout.
 	noRejoin := l.publish("no-rejoin")
 	from = l.setVersion(noRejoin.Version, noRejoin)
-	failed, took = l.waitTrialFailed(noRejoin.Version, 4*time.Minute)
+	failed, took = l.waitTrialFailed(noRejoin.Version, time.Time{}, 4*time.Minute)
 	l.checkTrialFailed(from, failed, good, noRejoin.Version)
 	assert.Assert(t, len(l.firmwareLines(failed, "cannot reach the cluster API")) > 0, "%s's firmware did not log the unreachable API", failed)
 	tf := condition(l.machine(failed).Status.Conditions, likenv1.ConditionTrialFailed)
 	assert.Assert(t, is.Contains(tf.Message, noRejoin.Version))
 	assert.Assert(t, is.Contains(tf.Message, "did not rejoin"))
 	t.Logf("no-rejoin release: halted %s after spec.version changed (trial timeout %s)", took.Round(100*time.Millisecond), l.cluster().Spec.Disruption.TrialTimeoutOrDefault())
+
+	// Back to the panicking release (a quick failure): it halts again.
+	back := time.Now()
+	from = l.setVersion(panicking.Version)
+	failed, took = l.waitTrialFailed(panicking.Version, back, 3*time.Minute)
+	l.checkTrialFailed(from, failed, good, panicking.Version)
+	t.Logf("panic release again: %s tried it, halted %s after spec.version changed", failed, took.Round(100*time.Millisecond))
 	l.checkBootedAndStaged()
 }
 
 // waitTrialFailed waits until the rollout to version halts with
-// TrialFailed, and returns the machine the halt names.
-func (l *lab) waitTrialFailed(version string, timeout time.Duration) (string, time.Duration) {
+// TrialFailed (a halt no older than since), and returns the machine the
+// halt names.
+func (l *lab) waitTrialFailed(version string, since time.Time, timeout time.Duration) (string, time.Duration) {
 	l.t.Helper()
 	var machine string
 	took := l.waitFor(fmt.Sprintf("the rollout to %s to halt with TrialFailed", version), timeout, func() (bool, string) {
 		c := l.cluster()
 		p := condition(c.Status.Conditions, likenv1.ConditionProgressing)
 		h := c.Status.Halt
-		if p.Status != metav1.ConditionFalse || p.Reason != likenv1.ReasonTrialFailed || h == nil || h.Version != version || c.Status.Turns != "" {
+		if p.Status != metav1.ConditionFalse || p.Reason != likenv1.ReasonTrialFailed || h == nil || h.Version != version || c.Status.Turns != "" ||
+			h.Since.Time.Before(since.Truncate(time.Second)) {
 			return false, fmt.Sprintf("Progressing %s/%s, halt %+v, turns %q", p.Status, p.Reason, h, c.Status.Turns)
 		}
 		m := l.machine(h.Machine)
@@ -123,14 +133,17 @@ func (l *lab) checkTrialFailed(from int64, machine, proven, version string) {
 			}
 		}
 	}
-	// The halt came with the end of the turn, and nothing was granted
-	// after it.
+	// The (last) halt on this machine came with the end of its turn, and
+	// nothing was granted after it.
 	halted := int64(0)
+	var prev *likenv1.RolloutHalt
 	for _, r := range l.w.clusterHistory(from) {
-		if h := r.obj.Status.Halt; h != nil && h.Version == version && halted == 0 {
+		h := r.obj.Status.Halt
+		if h != nil && h.Version == version && h.Machine == machine && (prev == nil || !prev.Since.Equal(&h.Since)) {
 			halted = r.rv
 			assert.Equal(t, r.obj.Status.Turns, "", "the halt at revision %d", r.rv)
 		}
+		prev = h
 	}
 	assert.Assert(t, halted > 0)
 	assert.Equal(t, len(l.w.grants(halted)), 0, "turns granted after the halt: %v", grantNames(l.w.grants(halted)))

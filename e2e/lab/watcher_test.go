@@ -105,8 +105,6 @@ type stream struct {
 
 	// lastRV is the newest revision the stream delivered (w.mu).
 	lastRV int64
-	// latest is the newest revision delivered per object (w.mu).
-	latest map[string]int64
 }
 
 // newWatcher returns a watcher of cluster with no streams yet.
@@ -166,7 +164,6 @@ func startWatcher(t *testing.T, c versioned.Interface, k kubernetes.Interface, c
 		}},
 	}
 	for _, s := range w.streams {
-		s.latest = map[string]int64{}
 		rv, items, err := s.list(ctx)
 		assert.NilError(t, err, "listing %ss", s.kind)
 		s.listRV = parseRV(rv)
@@ -197,6 +194,10 @@ func (w *watcher) follow(ctx context.Context, s *stream, rv string) {
 		}
 		for ev := range wi.ResultChan() {
 			if ev.Type == watch.Error {
+				if ctx.Err() != nil {
+					wi.Stop()
+					return
+				}
 				w.gap(fmt.Sprintf("%s watch error after revision %s: %v", s.kind, rv, apierrors.FromObject(ev.Object)))
 				wi.Stop()
 				return
@@ -227,7 +228,6 @@ func (w *watcher) deliver(s *stream, typ watch.EventType, obj runtime.Object) {
 	rv := parseRV(acc.GetResourceVersion())
 	w.pending = append(w.pending, event{rv: rv, at: time.Now(), kind: s.kind, deleted: typ == watch.Deleted, obj: obj})
 	s.lastRV = max(s.lastRV, rv)
-	s.latest[acc.GetName()] = max(s.latest[acc.GetName()], rv)
 }
 
 func (w *watcher) gap(s string) {
@@ -285,10 +285,12 @@ func (w *watcher) settle(t *testing.T) int64 {
 			if len(w.gaps) > 0 {
 				return poll.Error(fmt.Errorf("the watcher lost events: %v", w.gaps))
 			}
+			// A stream delivers in revision order: once it delivered the
+			// newest listed version, it delivered everything up to the
+			// list's revision.
 			for _, o := range items {
-				acc, _ := meta.Accessor(o)
-				if s.latest[acc.GetName()] < parseRV(acc.GetResourceVersion()) && s.lastRV < parseRV(acc.GetResourceVersion()) {
-					return poll.Continue("the %s watch has not yet delivered %s at revision %s", s.kind, acc.GetName(), acc.GetResourceVersion())
+				if rv := rvOf(o); s.lastRV < rv {
+					return poll.Continue("the %s watch has not yet delivered revision %d", s.kind, rv)
 				}
 			}
 			return poll.Success()
