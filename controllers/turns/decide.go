@@ -388,13 +388,17 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) 
 func grantingMessage(turns []likenv1.RebootTurn, down []string, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {
 	var b strings.Builder
 	if len(turns) > 0 {
-		fmt.Fprintf(&b, "Holding a turn: %s (maxUnavailable %d).", fleet.TurnsString(turns), maxUnavailable)
+		held := make([]string, 0, len(turns))
+		for _, t := range turns {
+			held = append(held, t.Machine)
+		}
+		fmt.Fprintf(&b, "Holding a turn: %s (maxUnavailable %d).", listNames(held), maxUnavailable)
 	}
 	if len(down) > 0 {
 		if b.Len() > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "Down without a turn (Lost, silent or NotReady; they count against maxUnavailable %d): %s.", maxUnavailable, strings.Join(down, ","))
+		fmt.Fprintf(&b, "Down without a turn (Lost, silent or NotReady; they count against maxUnavailable %d): %s.", maxUnavailable, listNames(down))
 	}
 	var names []string
 	for _, m := range waiting {
@@ -406,9 +410,24 @@ func grantingMessage(turns []likenv1.RebootTurn, down []string, waiting []*liken
 		if b.Len() > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "Waiting for a turn: %s.", strings.Join(names, ","))
+		fmt.Fprintf(&b, "Waiting for a turn: %s.", listNames(names))
 	}
 	return b.String()
+}
+
+// maxListed is how many machine names a message lists before it only
+// counts the rest: a condition message holds at most 32768 bytes, and a
+// fleet of thousands of machines waiting for turns would not fit (the API
+// server would refuse the ledger write, and nothing would be granted).
+const maxListed = 10
+
+// listNames joins names with commas, the first maxListed of them, then
+// says how many more there are.
+func listNames(names []string) string {
+	if len(names) <= maxListed {
+		return strings.Join(names, ",")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ","), len(names)-maxListed)
 }
 
 // nextDeadline is the delay until the startup grace ends or a turn
