@@ -687,3 +687,34 @@ func TestRetargetDuringTurn(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, st, boot.State{Proven: boot.SlotA})
 }
+
+// TestTrialFailureAfterAResumeStillHolds: a rollout resumed once (the
+// Cluster carries liken.sh/resume-rollout) must still report the next
+// failed trial and hold the release back, rather than clear the failure
+// at once and try the release again.
+func TestTrialFailureAfterAResumeStillHolds(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) {
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[likenv1.AnnotationResumeRollout] = "resumed-once"
+		c.Spec.Version = v2
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.setNodeReady(false)
+	e.grant()
+	waitExit(t, r)
+
+	r = e.start()
+	assert.Assert(t, r.Boot.Trial)
+	waitExit(t, r)
+
+	r = e.start()
+	assert.Assert(t, !r.Boot.Trial)
+	m := e.waitPhase(likenv1.MachineDegraded)
+	assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionTrue)
+	assert.Equal(t, m.Status.Change, "", "a machine whose trial failed asks for no turn")
+}

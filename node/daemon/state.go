@@ -93,6 +93,10 @@ type trialRecord struct {
 	// Failure is why the trial boot gave up, written by the trial boot
 	// itself before it rebooted to the proven slot.
 	Failure string `json:"failure,omitempty"`
+	// Resume is the Cluster's liken.sh/resume-rollout value when the trial
+	// was armed: a failure of this trial holds the release back until the
+	// value changes again.
+	Resume string `json:"resume,omitempty"`
 }
 
 // trialFailure is a failed trial the machine reports until a new version

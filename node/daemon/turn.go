@@ -250,7 +250,8 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 	}
 	if trial {
 		rec := &trialRecord{Slot: h.slot, Version: h.release.Version, Digest: h.release.Digest,
-			Timeout: Duration(c.Spec.Disruption.TrialTimeoutOrDefault()), ArmedAt: d.clock.Now(), ArmedBootID: d.o.Boot.BootID}
+			Timeout: Duration(c.Spec.Disruption.TrialTimeoutOrDefault()), ArmedAt: d.clock.Now(), ArmedBootID: d.o.Boot.BootID,
+			Resume: c.Annotations[likenv1.AnnotationResumeRollout]}
 		if err := d.update(func(st *diskState) { st.Trial = rec }); err != nil {
 			d.mu.Unlock()
 			log.Error(err, "Recording the trial failed; not rebooting")
