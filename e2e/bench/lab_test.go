@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -45,17 +47,19 @@ type labResult struct {
 	restReqs    Counts
 	restStarted Counts
 	// The rollout.
-	version        string
-	total          time.Duration
-	firstStaged    time.Duration
-	lastStaged     time.Duration
-	turns          map[string]*turnTimes
-	firstGrant     time.Time
-	lastEnd        time.Time
-	edit           time.Time
-	daemonRollout  Counts
-	operatorCPU    time.Duration
-	upgradedDaemon bool
+	version       string
+	total         time.Duration
+	firstStaged   time.Duration
+	lastStaged    time.Duration
+	turns         map[string]*turnTimes
+	firstGrant    time.Time
+	lastEnd       time.Time
+	edit          time.Time
+	daemonRollout Counts
+	operatorCPU   time.Duration
+	// statusChanges counts the measured machine's status versions in the
+	// rollout by what changed.
+	statusChanges map[string]int
 }
 
 // rolloutWatch follows the lab's Cluster and Machines from an edit of
@@ -67,6 +71,10 @@ type rolloutWatch struct {
 	turns   map[string]*turnTimes
 	staged  map[string]time.Time
 	done    time.Time
+	// measured is the machine whose status versions are examined;
+	// changes counts them by what changed.
+	measured string
+	changes  map[string]int
 }
 
 func (w *rolloutWatch) onCluster(obj any) {
@@ -98,6 +106,50 @@ func (w *rolloutWatch) onCluster(obj any) {
 	}
 }
 
+// noteChange records which status fields of the measured machine changed
+// from one version to the next.
+func (w *rolloutWatch) noteChange(old, cur *likenv1.Machine) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.version == "" || cur.Name != w.measured || old.ResourceVersion == cur.ResourceVersion {
+		return
+	}
+	var changed []string
+	a, b := old.Status, cur.Status
+	if a.Phase != b.Phase {
+		changed = append(changed, "phase "+string(b.Phase))
+	}
+	if !reflect.DeepEqual(a.Download, b.Download) {
+		changed = append(changed, "download")
+	}
+	if a.Change != b.Change || !reflect.DeepEqual(a.Pending, b.Pending) || a.Staged != b.Staged {
+		changed = append(changed, "change/pending/staged")
+	}
+	if !reflect.DeepEqual(a.Slots, b.Slots) || a.Version != b.Version || a.Slot != b.Slot {
+		changed = append(changed, "slots/version")
+	}
+	if !reflect.DeepEqual(a.Observed, b.Observed) {
+		changed = append(changed, "observed")
+	}
+	for _, c := range b.Conditions {
+		p := meta.FindStatusCondition(a.Conditions, c.Type)
+		switch {
+		case p == nil:
+			changed = append(changed, "condition "+c.Type+" added")
+		case p.Status != c.Status || p.Reason != c.Reason:
+			changed = append(changed, "condition "+c.Type+" status/reason")
+		case p.Message != c.Message:
+			changed = append(changed, "condition "+c.Type+" message")
+		case !p.LastTransitionTime.Equal(&c.LastTransitionTime) || p.ObservedGeneration != c.ObservedGeneration:
+			changed = append(changed, "condition "+c.Type+" time/generation")
+		}
+	}
+	if len(changed) == 0 {
+		changed = append(changed, "metadata only")
+	}
+	w.changes[strings.Join(changed, " + ")]++
+}
+
 func (w *rolloutWatch) onMachine(obj any) {
 	at := time.Now()
 	m, ok := obj.(*likenv1.Machine)
@@ -125,13 +177,22 @@ func runLab(t testing.TB, o labOptions) labResult {
 	l := StartLab(t, LabOptions{Name: "bench", Machines: o.machines, Leaders: o.leaders, Timeout: 5*time.Minute + time.Duration(o.machines)*10*time.Second})
 
 	// The watch, before anything changes.
-	w := &rolloutWatch{total: o.machines, turns: map[string]*turnTimes{}, staged: map[string]time.Time{}}
+	w := &rolloutWatch{total: o.machines, turns: map[string]*turnTimes{}, staged: map[string]time.Time{}, changes: map[string]int{},
+		measured: l.Status.Machines[len(l.Status.Machines)-1].Name}
 	factory := likeninformers.NewSharedInformerFactory(l.Liken, 0)
 	ci, mi := factory.Liken().V1alpha1().Clusters().Informer(), factory.Liken().V1alpha1().Machines().Informer()
 	for inf, fn := range map[cache.SharedIndexInformer]func(any){ci: w.onCluster, mi: w.onMachine} {
 		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: fn, UpdateFunc: func(_, n any) { fn(n) }})
 		must(t, err)
 	}
+	_, err := mi.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
+		om, ok1 := o.(*likenv1.Machine)
+		nm, ok2 := n.(*likenv1.Machine)
+		if ok1 && ok2 {
+			w.noteChange(om, nm)
+		}
+	}})
+	must(t, err)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	defer cancel()
@@ -227,6 +288,7 @@ func runLab(t testing.TB, o labOptions) labResult {
 	defer w.mu.Unlock()
 	r.total = w.done.Sub(r.edit)
 	r.turns = w.turns
+	r.statusChanges = w.changes
 	for name, at := range w.staged {
 		d := at.Sub(r.edit)
 		if r.firstStaged == 0 || d < r.firstStaged {
@@ -321,6 +383,17 @@ func (r labResult) report(t testing.TB) {
 	fmt.Fprintf(&b, "| cluster-operator CPU (both copies) for the rollout | %.2f s, %.0f ms per machine | - | - |\n", r.operatorCPU.Seconds(), ms(r.operatorCPU)/float64(r.o.machines))
 	fmt.Fprintf(&b, "| writes of machine %s in the rollout, heartbeats apart | %d (all its requests: %s) | - | - |\n", r.daemon,
 		r.daemonRollout.Total(func(q Request) bool { return q.IsWrite() && q.Resource != "leases" }), r.daemonRollout)
+	var kinds []string
+	for k, n := range r.statusChanges {
+		kinds = append(kinds, fmt.Sprintf("%d x %s", n, k))
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] > kinds[j] })
+	versions := 0
+	for _, n := range r.statusChanges {
+		versions += n
+	}
+	fmt.Fprintf(&b, "| status writes of %s that changed its Machine | %d of %d | - | - |\n", r.daemon, versions, r.daemonRollout[Request{"update", "machines/status"}])
+	fmt.Fprintf(&b, "| what changed in each status version of %s | %s | - | - |\n", r.daemon, strings.Join(kinds, "; "))
 	fmt.Fprintf(&b, "\n#### Node daemon at rest (%s, %.1f min after a %s settle)\n\n", r.daemon, minutes, r.o.settle)
 	fmt.Fprintf(&b, "| figure | liken-node | baseline | ratio |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| API requests per minute | %.1f (%s) | its heartbeats alone: %.1f | %.2f x |\n",
