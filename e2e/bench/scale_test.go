@@ -254,7 +254,9 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	c0, h0 := counter.Snapshot(), f.Heartbeats()
 	sOp, sAPI, sEtcd := StartSampler(op.PID, time.Second), StartSampler(apiPID, time.Second), StartSampler(etcdPID, time.Second)
 	profileAPIServer(t, f, "idle", o.idle)
+	stopPerf := perfRecord(t, op.PID, fmt.Sprintf("cluster-operator-%d-idle", n))
 	window(ctx, o.idle)
+	stopPerf()
 	r.idleOp, r.idleAPI, r.idleEtcd = stopSampler(t, sOp), stopSampler(t, sAPI), stopSampler(t, sEtcd)
 	r.idleReqs, r.idleHeartbeats = counter.Snapshot().Sub(c0), f.Heartbeats()-h0
 	r.renewLag = f.RenewLag()
@@ -291,7 +293,7 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	f.TakeFinishes()
 	c2, w2 := counter.Snapshot(), f.MachineWrites()
 	sOp, sAPI = StartSampler(op.PID, time.Second), StartSampler(apiPID, time.Second)
-	stopPerf := perfRecord(t, op.PID, fmt.Sprintf("cluster-operator-%d-rollout", n))
+	stopPerf = perfRecord(t, op.PID, fmt.Sprintf("cluster-operator-%d-rollout", n))
 	start := time.Now()
 	must(t, f.SetMaxUnavailable(fmt.Sprint(o.maxUnavailable)))
 	finished := 0
