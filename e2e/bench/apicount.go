@@ -50,6 +50,7 @@ func (r Request) IsWrite() bool {
 	return false
 }
 
+// String is "VERB RESOURCE".
 func (r Request) String() string { return r.Verb + " " + r.Resource }
 
 // StartAPICounter starts a counting proxy to the API server that cfg
@@ -100,6 +101,7 @@ type statusRecorder struct {
 	status int
 }
 
+// WriteHeader notes the code and passes it on.
 func (r *statusRecorder) WriteHeader(code int) {
 	r.status = code
 	r.ResponseWriter.WriteHeader(code)
