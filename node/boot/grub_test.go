@@ -150,6 +150,37 @@ func TestGrubConfig(t *testing.T) {
 	for _, want := range []string{"load_env -f \"$1\" " + VarProven + " " + VarTrial, CmdlineSlot + "=$1", CmdlineTrial + "=1", "panic=${liken_panic}", BackupFile, EnvFile} {
 		assert.Assert(t, strings.Contains(cfg, want), "grub.cfg lacks %q", want)
 	}
+	// The extra kernel arguments: cleared, then read from the file only
+	// when it exists, before any slot is booted.
+	clear := strings.Index(cfg, "\nset "+VarKernelArgs+"=\n")
+	source := strings.Index(cfg, `if [ -f "${prefix}/`+KernelArgsFile+`" ]; then
+  source "${prefix}/`+KernelArgsFile+`"
+fi`)
+	firstBoot := strings.Index(cfg, "\nliken_boot ")
+	assert.Assert(t, clear > 0 && source > clear && firstBoot > source, "clear %d, source %d, first boot %d", clear, source, firstBoot)
+
+	// Every kernel line is in liken_boot, which boots the slot it is given
+	// (the trial, and the proven slot after it): the first carries the
+	// extra arguments before liken's own, so liken's win; the second, used
+	// only when the kernel refuses the first, does without them.
+	var linux []string
+	for _, l := range strings.Split(cfg, "\n") {
+		if l = strings.TrimSpace(l); strings.Contains(l, "linux ") && !strings.HasPrefix(l, "#") {
+			linux = append(linux, l)
+		}
+	}
+	assert.DeepEqual(t, linux, []string{
+		`if linux "/$1/vmlinuz" ${` + VarKernelArgs + `} ${liken_args} ${liken_cmdline}; then`,
+		`if linux "/$1/vmlinuz" ${liken_args} ${liken_cmdline}; then`,
+	})
+	fn := cfg[strings.Index(cfg, "function liken_boot {"):]
+	fn = fn[:strings.Index(fn, "\n}\n")]
+	for _, l := range linux {
+		assert.Assert(t, strings.Contains(fn, l), "%q is not in liken_boot", l)
+	}
+	assert.Assert(t, strings.Contains(cfg, `liken_boot "${liken_slot}" "${liken_try}"`))
+	assert.Assert(t, strings.Contains(cfg, `liken_boot "${liken_proven}" 0`))
+
 	// Callers get their own copy.
 	GrubConfig()[0] = 'x'
 	assert.Assert(t, GrubConfig()[0] == '#')

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/node/boot"
 )
 
 // OS applies changes to the running operating system: sysctls and NTP
@@ -38,11 +39,14 @@ const (
 	K3sArgsFile      = "etc/liken/k3s-args"
 	K3sRegistries    = "etc/rancher/k3s/registries.yaml"
 	K3sNetworkFile   = "etc/liken/k3s-network.env"
-	KernelArgsFile   = "boot/grub/liken-args.cfg"
+	KernelArgsFile   = BootDir + "/" + boot.KernelArgsFile
 	BannerFile       = "etc/issue"
 	NetworkdDir      = "etc/systemd/network"
 	ModulesProcFile  = "proc/modules"
 	bootStatProcFile = "proc/stat"
+	// BootDir is the GRUB folder on the boot partition, where grub.cfg
+	// and the boot state are.
+	BootDir = "boot/grub"
 )
 
 var (
@@ -63,16 +67,50 @@ func (o *OS) run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-func (o *OS) write(rel string, data []byte, mode os.FileMode) error {
+// write replaces the file at rel atomically: a temporary file next to it
+// is written and synced, then renamed over it, and the folder is synced,
+// so a power cut leaves the old contents or the new, never a mix.
+func (o *OS) write(rel string, data []byte, mode os.FileMode) (err error) {
 	p := o.path(rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	tmp := p + ".liken-tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, p)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // ApplyLive writes the sysctls to /proc/sys and the NTP servers to a
@@ -168,15 +206,17 @@ func (o *OS) RestartK3s(ctx context.Context, cfg Config, _ []Change) error {
 	return nil
 }
 
-// StageBoot writes the kernel arguments where the boot script reads them
-// (a GRUB script that sets liken_kernel_args).
+// StageBoot writes the kernel arguments to KernelArgsFile on the boot
+// partition, which liken's grub.cfg sources at every boot, whichever slot
+// it boots (node/boot WriteKernelArgs: validated, written atomically). An
+// argument GRUB could not pass unchanged is refused with an error naming
+// it, and the file on disk stays as it was.
 func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
-	for _, a := range cfg.Settings.KernelArgs {
-		if !safeWord.MatchString(a) {
-			return fmt.Errorf("kernel argument %q holds characters a kernel command line cannot carry", a)
-		}
+	dir := o.path(BootDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("staging the kernel arguments: %w", err)
 	}
-	return o.write(KernelArgsFile, []byte("set liken_kernel_args=\""+strings.Join(cfg.Settings.KernelArgs, " ")+"\"\n"), 0o644)
+	return boot.WriteKernelArgs(dir, cfg.Settings.KernelArgs)
 }
 
 // Boot loads the kernel modules, writes the network configuration, mounts

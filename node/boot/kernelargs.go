@@ -1,0 +1,151 @@
+package boot
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The extra kernel arguments (the Cluster's settings.kernelArgs) reach the
+// kernel through a small GRUB script next to grub.cfg, which grub.cfg
+// sources when it exists and puts on the kernel line of whichever slot it
+// boots (docs/design/boot.md).
+const (
+	// KernelArgsFile is the script in the boot directory that sets
+	// VarKernelArgs. A missing file means no extra arguments.
+	KernelArgsFile = "liken-args.cfg"
+	// VarKernelArgs is the GRUB variable KernelArgsFile sets.
+	VarKernelArgs = "liken_kernel_args"
+	// MaxKernelArgsLen bounds the extra arguments, joined by spaces, so
+	// that they and liken's own arguments fit the kernel's 2048-byte
+	// command line with room to spare.
+	MaxKernelArgsLen = 1024
+)
+
+// kernelArgsHeader is the first line of KernelArgsFile.
+const kernelArgsHeader = "# Written by liken-node from the Cluster's settings.kernelArgs; liken's grub.cfg sources it.\n"
+
+// kernelArgForbidden are the printable characters an argument may not hold:
+// GRUB passes a backslash or a quote to the kernel with a backslash in
+// front (the kernel does not remove it), a single quote would end the GRUB
+// string KernelArgsFile holds, and GRUB may expand * ? [ ] as file names.
+const kernelArgForbidden = `"'\*?[]`
+
+// ValidateKernelArgs checks that GRUB can pass every argument to the kernel
+// unchanged: no empty argument, only printable ASCII without white space
+// or any of " ' \ * ? [ ], no "--" (it would hand liken's own arguments to
+// init), nothing named liken.* (the boot script's own parameters), and at
+// most MaxKernelArgsLen bytes in all. The error names the argument.
+func ValidateKernelArgs(args []string) error {
+	total := 0
+	for i, a := range args {
+		if a == "" {
+			return fmt.Errorf("kernel argument %d is empty; remove it from settings.kernelArgs", i+1)
+		}
+		for _, r := range a {
+			switch {
+			case r == ' ' || r == '\t' || r == '\n' || r == '\r':
+				return fmt.Errorf("kernel argument %q holds white space: give each argument as its own list item (a value with spaces cannot be passed)", a)
+			case r < 0x21 || r > 0x7e:
+				return fmt.Errorf("kernel argument %q holds the character %q: only printable ASCII can be passed through the boot loader", a, r)
+			case strings.ContainsRune(kernelArgForbidden, r):
+				return fmt.Errorf("kernel argument %q holds the character %q, which the boot loader would change or misread (none of %s can be used)", a, r, strings.Join(strings.Split(kernelArgForbidden, ""), " "))
+			}
+		}
+		if a == "--" {
+			return fmt.Errorf("kernel argument %q would pass the rest of the command line, liken's own arguments included, to init; remove it", a)
+		}
+		if name, _, _ := strings.Cut(a, "="); strings.HasPrefix(name, "liken.") {
+			return fmt.Errorf("kernel argument %q: parameters named liken.* belong to liken's boot script and cannot be set", a)
+		}
+		total += len(a)
+		if i > 0 {
+			total++
+		}
+	}
+	if total > MaxKernelArgsLen {
+		return fmt.Errorf("kernel arguments take %d bytes, more than the %d the boot loader is given for them; shorten settings.kernelArgs", total, MaxKernelArgsLen)
+	}
+	return nil
+}
+
+// KernelArgsConfig returns the contents of KernelArgsFile for args: a
+// comment line and `set liken_kernel_args='...'`. The value is in single
+// quotes, which GRUB takes literally, and ends the file: a file cut short
+// anywhere lacks the closing quote, GRUB refuses the whole line, and the
+// slot boots with no extra arguments rather than with some of them.
+func KernelArgsConfig(args []string) ([]byte, error) {
+	if err := ValidateKernelArgs(args); err != nil {
+		return nil, err
+	}
+	return []byte(kernelArgsHeader + "set " + VarKernelArgs + "='" + strings.Join(args, " ") + "'\n"), nil
+}
+
+// ParseKernelArgsConfig reads back what KernelArgsConfig writes; anything
+// else (a file cut short, a hand edit) is an error.
+func ParseKernelArgsConfig(b []byte) ([]string, error) {
+	rest, ok := bytes.CutPrefix(b, []byte(kernelArgsHeader))
+	if !ok {
+		return nil, fmt.Errorf("%s does not start with liken's header line", KernelArgsFile)
+	}
+	prefix := "set " + VarKernelArgs + "='"
+	line, ok := bytes.CutPrefix(rest, []byte(prefix))
+	if !ok || !bytes.HasSuffix(line, []byte("'\n")) || bytes.Count(line, []byte("'")) != 1 || bytes.Count(line, []byte("\n")) != 1 {
+		return nil, fmt.Errorf("%s: want one line %s...' after the header, have %q", KernelArgsFile, prefix, rest)
+	}
+	args := strings.Fields(string(line[:len(line)-2]))
+	if err := ValidateKernelArgs(args); err != nil {
+		return nil, fmt.Errorf("%s: %w", KernelArgsFile, err)
+	}
+	return args, nil
+}
+
+// WriteKernelArgs validates args and replaces dir/KernelArgsFile with
+// them atomically: a temporary file in dir is written and synced, renamed
+// over the old one, and dir is synced, so a power cut leaves the old file
+// or the new one, never a mix.
+func WriteKernelArgs(dir string, args []string) error {
+	b, err := KernelArgsConfig(args)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, KernelArgsFile), b, 0o644); err != nil {
+		return fmt.Errorf("writing the kernel arguments for the next boot: %w", err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data: temporary file, fsync, rename,
+// fsync of the folder.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
