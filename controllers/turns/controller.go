@@ -1,7 +1,8 @@
 // Package turns is the turn controller: it keeps each Cluster's turn
 // ledger (status.rebootTurns), grants reboot turns under the disruption
-// budget, takes them back, and halts a rollout that stalled or whose
-// trial failed.
+// budget, takes them back, halts a rollout that stalled or whose trial
+// failed, and in the same write keeps the Cluster's phase, columns and
+// Ready condition.
 package turns
 
 import (
@@ -54,7 +55,8 @@ const (
 )
 
 // StatusWriter is the one write the turn controller makes: an update of a
-// Cluster's status that carries the resourceVersion it read.
+// Cluster's status (ledger and columns together) that carries the
+// resourceVersion it read.
 type StatusWriter interface {
 	UpdateStatus(ctx context.Context, c *likenv1.Cluster, opts metav1.UpdateOptions) (*likenv1.Cluster, error)
 }
@@ -165,6 +167,8 @@ func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	cluster, err := c.clusters.Get(key)
 	if apierrors.IsNotFound(err) {
+		c.cfg.Metrics.Machines.DeletePartialMatch(map[string]string{"cluster": key})
+		c.trackWaiting(key, nil, time.Time{})
 		return 0, nil
 	}
 	if err != nil {
@@ -174,6 +178,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
+	countPhases(c.cfg.Metrics, cluster.Name, machines)
 	nodes := make(map[string]Node, len(machines))
 	for _, m := range machines {
 		state, n, err := fleet.NodeStateOf(c.nodes, m.Name)
@@ -202,26 +207,40 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	})
 	c.trackWaiting(cluster.Name, d.Waiting, now)
 
-	if equality.Semantic.DeepEqual(cluster.Status, d.Status) {
+	// The decision changed the ledger, the halt, the resume record or the
+	// Progressing condition; the columns come on top, in the same write.
+	decided := !equality.Semantic.DeepEqual(cluster.Status, d.Status)
+	Columns(&d.Status, cluster, machines, now)
+	if !decided && equality.Semantic.DeepEqual(cluster.Status, d.Status) {
 		return d.RequeueAfter, nil
 	}
-	// A copy that was paused must not act on what it saw before: confirm
-	// the lease before every ledger write (the resourceVersion guards the
-	// ledger itself).
-	what := "updating the turn ledger of cluster " + cluster.Name
-	if len(d.Granted) > 0 {
-		what = fmt.Sprintf("granting turns to %s in cluster %s", fleet.TurnsString(d.Granted), cluster.Name)
-	}
-	if err := c.cfg.Term.Fence.Confirm(ctx, what); err != nil {
-		return 0, fmt.Errorf("not %s: %w", what, err)
+	what := "updating the columns of cluster " + cluster.Name
+	if decided {
+		// A copy that was paused must not act on what it saw before:
+		// confirm the lease before every ledger write (the resourceVersion
+		// guards the ledger itself). A write of the columns alone needs no
+		// lease: it carries the ledger, halt and conditions exactly as
+		// read, under the resourceVersion read, so it cannot undo or add a
+		// turn; at worst it shows counts a moment old, which the next sync
+		// corrects.
+		what = "updating the turn ledger of cluster " + cluster.Name
+		if len(d.Granted) > 0 {
+			what = fmt.Sprintf("granting turns to %s in cluster %s", fleet.TurnsString(d.Granted), cluster.Name)
+		}
+		if err := c.cfg.Term.Fence.Confirm(ctx, what); err != nil {
+			return 0, fmt.Errorf("not %s: %w", what, err)
+		}
 	}
 	updated := cluster.DeepCopy()
 	updated.Status = d.Status
 	// The write carries the resourceVersion read with the cluster: if the
-	// ledger changed since, the API server refuses it and the key is
+	// Cluster changed since, the API server refuses it and the key is
 	// synced again from the newer version.
 	if _, err := c.cfg.Writer.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-		return 0, fmt.Errorf("writing the turn ledger of cluster %s: %w", cluster.Name, err)
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	if cluster.Status.Phase != d.Status.Phase {
+		klog.FromContext(ctx).Info("Cluster phase changed", "cluster", klog.KObj(cluster), "from", cluster.Status.Phase, "to", d.Status.Phase, "machines", d.Status.Machines)
 	}
 	c.report(ctx, cluster, machines, d, now)
 	return d.RequeueAfter, nil

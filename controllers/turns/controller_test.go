@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
@@ -94,6 +95,12 @@ func (f *fixture) stored(name string) *likenv1.Cluster {
 func (f *fixture) refresh(name string) {
 	f.t.Helper()
 	assert.NilError(f.t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(f.stored(name)))
+}
+
+// setMachine replaces a machine in the informer cache.
+func (f *fixture) setMachine(m *likenv1.Machine) {
+	f.t.Helper()
+	assert.NilError(f.t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Update(m))
 }
 
 func (f *fixture) updates() int {
@@ -225,4 +232,114 @@ func TestOptimisticUpdatesReactor(t *testing.T) {
 	got, err := client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	assert.Equal(t, got.ResourceVersion, "2")
+}
+
+func TestControllerWritesLedgerAndColumnsTogether(t *testing.T) {
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+		tu.Machine("a", tu.WantsRelease, tu.Leader), tu.Machine("b", tu.WantsRelease),
+		tu.Node("a", true), tu.Node("b", true))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 1, "one write carries the grant and the columns")
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "a")
+	assert.Equal(t, c.Status.Phase, likenv1.ClusterUpdating)
+	assert.Equal(t, c.Status.Machines, "0/2")
+	assert.DeepEqual(t, c.Status.Leaders, []string{"a"})
+	assert.Equal(t, c.Status.Endpoint, "https://10.0.0.1:6443")
+	assert.Equal(t, c.Status.Releases.Newest, tu.Version2)
+	assert.Equal(t, c.Status.ObservedGeneration, int64(1))
+	ready := meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionReady)
+	assert.Assert(t, ready != nil)
+	assert.Equal(t, ready.Reason, ReasonMachinesNotReady)
+	assert.Equal(t, meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing).Reason, likenv1.ReasonGranting)
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.Machines.WithLabelValues("lab", "UpdatePending")), 2.0)
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.Machines.WithLabelValues("lab", "Ready")), 0.0)
+
+	// The machine takes its turn: only the columns change (the turn stays),
+	// and they are written.
+	f.refresh("lab")
+	f.setMachine(tu.Machine("a", tu.WantsRelease, tu.Leader, tu.Phase(likenv1.MachineUpdating)))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 2)
+	ready = meta.FindStatusCondition(f.stored("lab").Status.Conditions, likenv1.ConditionReady)
+	assert.Assert(t, is.Contains(ready.Message, "a (Updating, runs 2026.11.01-001)"))
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.Machines.WithLabelValues("lab", "Updating")), 1.0)
+
+	// It finishes: the turn ends and the columns follow in the same write.
+	f.refresh("lab")
+	f.setMachine(tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version2)))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 3)
+	c = f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "b")
+	assert.Equal(t, c.Status.Machines, "1/2")
+
+	// Deleted: the metric goes.
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Delete(c))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, promtestutil.CollectAndCount(f.metrics.Machines), 0)
+}
+
+func TestControllerColumnsMoveWhileNothingIsGranted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster *likenv1.Cluster
+		now     time.Time
+		reason  string
+	}{
+		{name: "startup grace", cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2)), now: tu.Epoch.Add(10 * time.Second), reason: likenv1.ReasonStartupGrace},
+		{name: "paused", cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0")), now: after, reason: likenv1.ReasonPaused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.cluster, tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
+			f.clock.SetTime(tc.now)
+			_, err := f.ctrl.Sync(context.Background(), "lab")
+			assert.NilError(t, err)
+			c := f.stored("lab")
+			assert.Equal(t, c.Status.Turns, "")
+			assert.Equal(t, c.Status.Machines, "0/2")
+			assert.Equal(t, meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing).Reason, tc.reason)
+
+			// b stages too: the Ready condition and counts move, nothing
+			// is granted.
+			f.refresh("lab")
+			f.setMachine(tu.Machine("b", tu.WantsRelease))
+			_, err = f.ctrl.Sync(context.Background(), "lab")
+			assert.NilError(t, err)
+			c = f.stored("lab")
+			assert.Equal(t, c.Status.Turns, "")
+			assert.Assert(t, is.Contains(meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionReady).Message, "b (UpdatePending"))
+		})
+	}
+}
+
+func TestControllerFenceGuardsLedgerWritesNotColumns(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0")),
+		tu.Machine("a", tu.WantsRelease), tu.Machine("b"))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	f.refresh("lab")
+	f.fenceErr = leadership.ErrNotLeader
+
+	// Only a column changes: written without the lease, the ledger as read.
+	f.setMachine(tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 2)
+	assert.Assert(t, is.Contains(meta.FindStatusCondition(f.stored("lab").Status.Conditions, likenv1.ConditionReady).Message, "b (Downloading"))
+
+	// A grant (the budget opens) needs the lease: nothing is written.
+	f.refresh("lab")
+	c := f.stored("lab")
+	c.Spec.Disruption = tu.Cluster("lab").Spec.Disruption
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.Assert(t, errors.Is(err, leadership.ErrNotLeader), "%v", err)
+	assert.Assert(t, is.Contains(err.Error(), "granting turns to a in cluster lab"))
+	assert.Equal(t, f.updates(), 2)
 }

@@ -1,6 +1,6 @@
 // Package operator runs cluster-operator: leader election on the Lease
-// liken-system/cluster-operator, and the turn, liveness, status and
-// release controllers under the leader's context.
+// liken-system/cluster-operator, and the turn, liveness and release
+// controllers under the leader's context.
 package operator
 
 import (
@@ -28,7 +28,6 @@ import (
 	"k8s.io/utils/clock"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/controllers/clusterstatus"
 	"liken.sh/liken/controllers/internal/leadership"
 	"liken.sh/liken/controllers/internal/metrics"
 	"liken.sh/liken/controllers/liveness"
@@ -210,12 +209,6 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	if err != nil {
 		return err
 	}
-	statusCtrl, err := clusterstatus.New(clusterstatus.Config{
-		Clusters: clusters, Machines: machines, Writer: liken.LikenV1alpha1().Clusters(), Metrics: m, Clock: clk,
-	})
-	if err != nil {
-		return err
-	}
 	relCtrl, err := releases.New(releases.Config{
 		Clusters: clusters, Client: liken.LikenV1alpha1().Clusters(), HTTP: &http.Client{},
 		Recorder: recorder, Metrics: m, Clock: clk,
@@ -237,7 +230,6 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	}{
 		{"turns", turnCtrl.Run, 1},
 		{"liveness", liveCtrl.Run, 2},
-		{"clusterstatus", statusCtrl.Run, 2},
 		{"releases", relCtrl.Run, 2},
 	}
 	errs := make(chan error, len(runs))

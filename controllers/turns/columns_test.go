@@ -1,24 +1,17 @@
-package clusterstatus
+package turns
 
 import (
-	"context"
 	"testing"
 
-	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"gotest.tools/v3/assert"
-	is "gotest.tools/v3/assert/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/controllers/internal/metrics"
 	tu "liken.sh/liken/controllers/internal/testutil"
-	likenfake "liken.sh/liken/generated/clientset/versioned/fake"
-	likeninformers "liken.sh/liken/generated/informers/externalversions"
 )
 
-func TestCompute(t *testing.T) {
+func TestColumns(t *testing.T) {
 	cases := []struct {
 		name      string
 		cluster   *likenv1.Cluster
@@ -68,6 +61,17 @@ func TestCompute(t *testing.T) {
 			message: "No Machine names cluster lab in spec.cluster yet.",
 		},
 		{
+			name:    "names 8 machines and counts the rest",
+			cluster: tu.Cluster("lab"),
+			machines: []*likenv1.Machine{tu.Machine("a"), tu.Machine("b1", tu.WantsReboot), tu.Machine("b2", tu.WantsReboot),
+				tu.Machine("b3", tu.WantsReboot), tu.Machine("b4", tu.WantsReboot), tu.Machine("b5", tu.WantsReboot),
+				tu.Machine("b6", tu.WantsReboot), tu.Machine("b7", tu.Phase(likenv1.MachineLost)), tu.Machine("b8", tu.Runs(tu.Version2)),
+				tu.Machine("b9", tu.WantsReboot), tu.Machine("c"), tu.Machine("d", tu.WantsReboot)},
+			phase: likenv1.ClusterUpdating, columns: "2/12", ready: metav1.ConditionFalse, reason: ReasonMachinesNotReady,
+			message: "10 of 12 machines are not Ready on 2026.11.01-001: b1 (RebootPending), b2 (RebootPending), b3 (RebootPending), " +
+				"b4 (RebootPending), b5 (RebootPending), b6 (RebootPending), b7 (Lost), b8 (Ready, runs 2026.11.20-001) and 2 more.",
+		},
+		{
 			name:     "a machine that never reported",
 			cluster:  tu.Cluster("lab"),
 			machines: []*likenv1.Machine{tu.Machine("a", func(m *likenv1.Machine) { m.Status = likenv1.MachineStatus{} })},
@@ -77,7 +81,8 @@ func TestCompute(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			st := Compute(tc.cluster, tc.machines, tu.Epoch)
+			st := *tc.cluster.Status.DeepCopy()
+			Columns(&st, tc.cluster, tc.machines, tu.Epoch)
 			assert.Equal(t, st.Phase, tc.phase)
 			assert.Equal(t, st.Machines, tc.columns)
 			assert.Equal(t, st.Turns, tc.turns)
@@ -94,52 +99,15 @@ func TestCompute(t *testing.T) {
 	}
 }
 
-func TestComputeKeepsOtherFields(t *testing.T) {
+func TestColumnsKeepOtherFields(t *testing.T) {
 	c := tu.Cluster("lab")
 	c.Status.Releases.Available = "2026.12.01-001"
 	c.Status.Halt = &likenv1.RolloutHalt{Reason: likenv1.ReasonTrialFailed, Machine: "a"}
 	c.Status.Conditions = []metav1.Condition{{Type: likenv1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: "Idle"}}
-	st := Compute(c, []*likenv1.Machine{tu.Machine("a")}, tu.Epoch)
+	st := *c.Status.DeepCopy()
+	Columns(&st, c, []*likenv1.Machine{tu.Machine("a")}, tu.Epoch)
 	assert.Equal(t, st.Releases.Available, "2026.12.01-001")
 	assert.Equal(t, st.Halt.Machine, "a")
 	assert.Assert(t, meta.FindStatusCondition(st.Conditions, likenv1.ConditionProgressing) != nil)
 	assert.Equal(t, st.Conditions[0].Type, likenv1.ConditionProgressing, "conditions are sorted by type")
-}
-
-func TestControllerWritesOnlyWhenChanged(t *testing.T) {
-	ctx := context.Background()
-	c := tu.Cluster("lab")
-	a := tu.Machine("a", tu.Leader)
-	client := likenfake.NewSimpleClientset(c, a)
-	tu.OptimisticUpdates(client, "clusters")
-	f := likeninformers.NewSharedInformerFactory(client, 0)
-	m := metrics.New()
-	ctrl, err := New(Config{
-		Clusters: f.Liken().V1alpha1().Clusters(), Machines: f.Liken().V1alpha1().Machines(),
-		Writer: client.LikenV1alpha1().Clusters(), Metrics: m, Clock: clocktesting.NewFakeClock(tu.Epoch),
-	})
-	assert.NilError(t, err)
-	assert.NilError(t, f.Liken().V1alpha1().Clusters().Informer().GetIndexer().Add(c))
-	assert.NilError(t, f.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(a))
-
-	_, err = ctrl.Sync(ctx, "lab")
-	assert.NilError(t, err)
-	stored, err := client.LikenV1alpha1().Clusters().Get(ctx, "lab", metav1.GetOptions{})
-	assert.NilError(t, err)
-	assert.Equal(t, stored.Status.Phase, likenv1.ClusterReady)
-	assert.Equal(t, stored.Status.Machines, "1/1")
-	assert.Equal(t, promtestutil.ToFloat64(m.Machines.WithLabelValues("lab", "Ready")), 1.0)
-	assert.Equal(t, promtestutil.ToFloat64(m.Machines.WithLabelValues("lab", "Lost")), 0.0)
-
-	assert.NilError(t, f.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(stored))
-	writes := len(client.Actions())
-	_, err = ctrl.Sync(ctx, "lab")
-	assert.NilError(t, err)
-	assert.Equal(t, len(client.Actions()), writes, "an unchanged status is not written again")
-
-	// A stale read is refused and nothing is written.
-	assert.NilError(t, f.Liken().V1alpha1().Machines().Informer().GetIndexer().Update(tu.Machine("a", tu.Leader, tu.WantsReboot)))
-	assert.NilError(t, f.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
-	_, err = ctrl.Sync(ctx, "lab")
-	assert.Assert(t, is.ErrorContains(err, "the object has been modified"))
 }

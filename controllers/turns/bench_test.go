@@ -1,0 +1,150 @@
+package turns
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/controllers/internal/fleet"
+	"liken.sh/liken/controllers/internal/leadership"
+	"liken.sh/liken/controllers/internal/metrics"
+	tu "liken.sh/liken/controllers/internal/testutil"
+	likenfake "liken.sh/liken/generated/clientset/versioned/fake"
+	likeninformers "liken.sh/liken/generated/informers/externalversions"
+)
+
+// scaleFleet is a cluster in the middle of a rollout to Version2, as the
+// 5,000-machine benchmark of e2e/bench sees it: 3 leaders done, 2,000
+// workers done, 5 workers in their turn, the rest waiting; maxUnavailable
+// 6, so every decision grants one turn. Machines come in a random order,
+// as an informer index returns them.
+func scaleFleet(n int, withNodes bool) (*likenv1.Cluster, []*likenv1.Machine, []*corev1.Node) {
+	var turns []likenv1.RebootTurn
+	var machines []*likenv1.Machine
+	var nodes []*corev1.Node
+	for i := range 3 {
+		machines = append(machines, tu.Machine(fmt.Sprintf("leader-%d", i), tu.Leader, tu.FinishedOn(tu.Version2)))
+	}
+	for i := range n - 3 {
+		name := fmt.Sprintf("machine-%05d", i)
+		switch {
+		case i < 2000:
+			machines = append(machines, tu.Machine(name, tu.FinishedOn(tu.Version2)))
+		case i < 2005:
+			machines = append(machines, tu.Machine(name, tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)))
+			turns = append(turns, tu.Turn(name, likenv1.TurnRelease, false, after.Add(-time.Minute)))
+		default:
+			machines = append(machines, tu.Machine(name, tu.WantsRelease))
+		}
+	}
+	if withNodes {
+		for _, m := range machines {
+			var opts []func(*corev1.Node)
+			if m.Status.Phase == likenv1.MachineUpdating {
+				opts = append(opts, tu.Cordoned)
+			}
+			nodes = append(nodes, tu.Node(m.Name, true, opts...))
+		}
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(machines), func(i, j int) { machines[i], machines[j] = machines[j], machines[i] })
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("6"), tu.Turns(turns...))
+	return c, machines, nodes
+}
+
+// BenchmarkDecide is one decision at 5,000 machines (the pure part).
+func BenchmarkDecide(b *testing.B) {
+	for _, withNodes := range []bool{false, true} {
+		b.Run(fmt.Sprintf("machines=5000/nodes=%t", withNodes), func(b *testing.B) {
+			c, machines, nodes := scaleFleet(5000, withNodes)
+			slices.SortFunc(machines, func(a, b *likenv1.Machine) int { return strings.Compare(a.Name, b.Name) })
+			byName := map[string]Node{}
+			for _, n := range nodes {
+				byName[n.Name] = Node{State: fleet.NodeReady, Unschedulable: n.Spec.Unschedulable}
+			}
+			in := input(c, machines, byName)
+			b.ReportAllocs()
+			for b.Loop() {
+				if d := Decide(in); len(d.Granted) != 1 {
+					b.Fatalf("granted %d turns, want 1", len(d.Granted))
+				}
+			}
+		})
+	}
+}
+
+// grantWriter accepts every write without storing it, so that each sync
+// of the benchmark takes the same decision again.
+type grantWriter struct{ writes int }
+
+func (w *grantWriter) UpdateStatus(_ context.Context, c *likenv1.Cluster, _ metav1.UpdateOptions) (*likenv1.Cluster, error) {
+	w.writes++
+	return c, nil
+}
+
+// BenchmarkSync is one sync of the turn controller at 5,000 machines,
+// from the informer caches to the write: read the fleet, decide, compare,
+// write (to a stub), report. Every sync grants one turn.
+func BenchmarkSync(b *testing.B) {
+	for _, withNodes := range []bool{false, true} {
+		b.Run(fmt.Sprintf("machines=5000/nodes=%t", withNodes), func(b *testing.B) {
+			c, machines, nodes := scaleFleet(5000, withNodes)
+			lf := likeninformers.NewSharedInformerFactory(likenfake.NewSimpleClientset(), 0)
+			kf := kubeinformers.NewSharedInformerFactory(kubefake.NewClientset(), 0)
+			w := &grantWriter{}
+			ctrl, err := New(Config{
+				Clusters: lf.Liken().V1alpha1().Clusters(),
+				Machines: lf.Liken().V1alpha1().Machines(),
+				Nodes:    kf.Core().V1().Nodes(),
+				Writer:   w,
+				Recorder: &events.FakeRecorder{},
+				Metrics:  metrics.New(),
+				Clock:    clocktesting.NewFakeClock(after),
+				Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
+					Fence: leadership.FenceFunc(func(context.Context, string) error { return nil })},
+				StartupGrace: 40 * time.Second,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lf.Liken().V1alpha1().Clusters().Informer().GetIndexer().Add(c); err != nil {
+				b.Fatal(err)
+			}
+			for _, m := range machines {
+				if err := lf.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, n := range nodes {
+				if err := kf.Core().V1().Nodes().Informer().GetIndexer().Add(n); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx := klog.NewContext(context.Background(), logr.Discard())
+			b.ReportAllocs()
+			syncs := 0
+			for b.Loop() {
+				if _, err := ctrl.Sync(ctx, "lab"); err != nil {
+					b.Fatal(err)
+				}
+				syncs++
+			}
+			if w.writes != syncs {
+				b.Fatalf("%d writes in %d syncs: every sync should grant", w.writes, syncs)
+			}
+		})
+	}
+}
