@@ -23,6 +23,7 @@ import (
 	"liken.sh/liken/cli/clitest"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 )
 
@@ -44,13 +45,7 @@ var machines = []string{
 func TestCLI(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{Machines: machines})
 	ctx := context.Background()
-	root := filepath.Join("..", "..")
-	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "manifests", f))
-		assert.NilError(t, err, out)
-	}
-	out, err := cp.Kubectl(ctx, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh")
-	assert.NilError(t, err, out)
+	fleetsim.Install(ctx, t, cp)
 	admin, err := versioned.NewForConfig(cp.AdminConfig())
 	assert.NilError(t, err)
 	e := &env{cp: cp, admin: admin}

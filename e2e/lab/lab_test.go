@@ -170,6 +170,19 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 	return l
 }
 
+// startWithBadTarget starts an Auto lab, publishes a release with fault
+// (see liken lab publish --fault), catalogs it and points spec.version at
+// it. It returns the lab, the release the fleet ran before, the bad
+// release, and the revision of the Cluster that set the target.
+func startWithBadTarget(t *testing.T, name, fault string) (*lab, string, likenv1.CatalogEntry, int64) {
+	t.Helper()
+	l := startLab(t, name, labOptions{policy: "Auto"})
+	good := l.cluster().Spec.Version
+	bad := l.publish(fault)
+	from := l.setVersion(bad.Version, bad)
+	return l, good, bad, from
+}
+
 // checkStatus checks what liken lab status -o json must say: the admin
 // kubeconfig, the channel URL, every process with its kind, name and pid,
 // and every machine with its own kubeconfig.

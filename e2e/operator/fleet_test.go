@@ -1,27 +1,18 @@
 package operator
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 )
 
@@ -63,7 +54,7 @@ type env struct {
 	cp       *controlplane.ControlPlane
 	liken    versioned.Interface
 	kube     kubernetes.Interface
-	machines map[string]*simMachine
+	machines map[string]*fleetsim.Machine
 	names    []string
 	spec     fleetSpec
 	channel  *httptest.Server
@@ -73,18 +64,13 @@ func setup(t *testing.T, spec fleetSpec) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := &env{t: t, ctx: ctx, machines: map[string]*simMachine{}, spec: spec}
+	e := &env{t: t, ctx: ctx, machines: map[string]*fleetsim.Machine{}, spec: spec}
 	for i := range spec.leaders + spec.workers {
 		e.names = append(e.names, fmt.Sprintf("node-%d", i+1))
 	}
 	e.cp = controlplane.StartForTest(t, controlplane.Options{Machines: e.names})
-	manifests := filepath.Join(repoRoot(t), "manifests")
-	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := e.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(manifests, f))
-		assert.NilError(t, err, out)
-	}
-	out, err := e.cp.Kubectl(ctx, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh")
-	assert.NilError(t, err, out)
+	fleetsim.Install(ctx, t, e.cp)
+	var err error
 	e.liken, err = versioned.NewForConfig(e.cp.AdminConfig())
 	assert.NilError(t, err)
 	e.kube, err = kubernetes.NewForConfig(e.cp.AdminConfig())
@@ -127,38 +113,11 @@ func setup(t *testing.T, spec fleetSpec) *env {
 			Spec:       likenv1.MachineSpec{Cluster: clusterName, Role: role, RebootPolicy: likenv1.RebootAuto},
 		}, metav1.CreateOptions{})
 		assert.NilError(t, err)
-		m := &simMachine{e: e, name: name, leader: role == likenv1.RoleLeader, boot: 1, version: version1}
-		cfg := e.cp.Config("system:node:" + name)
-		m.liken, err = versioned.NewForConfig(cfg)
-		assert.NilError(t, err)
-		m.kube, err = kubernetes.NewForConfig(cfg)
-		assert.NilError(t, err)
-		m.alive.Store(true)
-		e.machines[name] = m
-		go m.run(ctx)
+		e.machines[name] = fleetsim.StartMachine(ctx, t, e.cp, name, fleetsim.MachineOptions{
+			Cluster: clusterName, Version: version1, Tick: 200 * time.Millisecond, RenewEvery: spec.renewEvery, RebootFor: spec.rebootFor,
+		})
 	}
 	return e
-}
-
-// repoRoot is the liken source tree that holds this test.
-func repoRoot(t *testing.T) string {
-	wd, err := os.Getwd()
-	assert.NilError(t, err)
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
-}
-
-// binary is the cluster-operator binary under test: $LIKEN_BIN, or
-// _output/bin of the source tree.
-func binary(t *testing.T) string {
-	dir := os.Getenv("LIKEN_BIN")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(t), "_output", "bin")
-	}
-	p := filepath.Join(dir, "cluster-operator")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("cluster-operator binary not found at %s: run `make build` or set LIKEN_BIN (%v)", p, err)
-	}
-	return p
 }
 
 func (e *env) cluster() *likenv1.Cluster {
@@ -234,238 +193,11 @@ func progressing(c *likenv1.Cluster) metav1.Condition {
 	return metav1.Condition{}
 }
 
-// simMachine plays one machine: it renews its heartbeat Lease, stages the
-// cluster's version, takes its turn when the ledger lists it (power off
-// its Node, come back on the new release from a new boot), and writes its
-// own status, all as system:node:<name>.
-type simMachine struct {
-	e      *env
-	name   string
-	leader bool
-	liken  versioned.Interface
-	kube   kubernetes.Interface
-	// alive false: the machine is hung (no heartbeat, no status), its
-	// Node untouched.
-	alive atomic.Bool
-	// ticks counts the loop's iterations.
-	ticks atomic.Int64
-
-	mu      sync.Mutex
-	boot    int
-	version string
-	reboot  string // a requested reboot's change id
-}
-
-func (m *simMachine) bootID() string { return fmt.Sprintf("%s-boot-%d", m.name, m.boot) }
-
-// hang stops the machine's heartbeat and status writes (its Node stays
-// Ready) and returns once no write of its can still be under way.
-func (m *simMachine) hang(t *testing.T) {
-	t.Helper()
-	m.alive.Store(false)
-	start := m.ticks.Load()
-	m.e.waitFor(m.name+" to stop", 30*time.Second, func() bool { return m.ticks.Load() >= start+2 })
-}
-
-// requestReboot stages a reboot that is not a release change.
-func (m *simMachine) requestReboot() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.reboot = fmt.Sprintf("reboot-%s", m.bootID())
-}
-
-func (m *simMachine) run(ctx context.Context) {
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	var renewed time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		m.ticks.Add(1)
-		if !m.alive.Load() {
-			continue
-		}
-		if time.Since(renewed) >= m.e.spec.renewEvery {
-			if m.renew(ctx) == nil {
-				renewed = time.Now()
-			}
-		}
-		m.step(ctx)
-	}
-}
-
-func (m *simMachine) renew(ctx context.Context) error {
-	leases := m.kube.CoordinationV1().Leases(likenv1.SystemNamespace)
-	now := metav1.NewMicroTime(time.Now())
-	l, err := leases.Get(ctx, m.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: likenv1.SystemNamespace},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
-		}, metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	l.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	return err
-}
-
-// step moves the machine one step towards what its Cluster wants.
-func (m *simMachine) step(ctx context.Context) {
-	cur, err := m.liken.LikenV1alpha1().Machines().Get(ctx, m.name, metav1.GetOptions{})
-	if err != nil {
-		return
-	}
-	cl, err := m.liken.LikenV1alpha1().Clusters().Get(ctx, clusterName, metav1.GetOptions{})
-	if err != nil {
-		return
-	}
-	m.mu.Lock()
-	want := likenv1.MachineStatus{Phase: likenv1.MachineReady, Version: m.version, Observed: likenv1.ObservedState{BootID: m.bootID()}}
-	reason := likenv1.TurnReboot
-	switch {
-	case m.version != cl.Spec.Version:
-		want.Phase, want.Staged = likenv1.MachineUpdatePending, cl.Spec.Version
-		want.Change = fmt.Sprintf("release-%s-%s", cl.Spec.Version, m.bootID())
-		want.Pending = []likenv1.PendingChange{{Field: "cluster.spec.version", Class: likenv1.ClassReboot, Since: metav1.NewTime(time.Unix(1700000000, 0))}}
-		reason = likenv1.TurnRelease
-	case m.reboot != "":
-		want.Phase, want.Change = likenv1.MachineRebootPending, m.reboot
-	}
-	m.mu.Unlock()
-
-	if t := findTurn(cl.Status.RebootTurns, m.name); want.Change != "" && t != nil && t.Change == want.Change {
-		m.takeTurn(ctx, cur, want, reason, cl.Spec.Version)
-		return
-	}
-	if cur.Status.Phase != want.Phase || cur.Status.Change != want.Change || cur.Status.Version != want.Version ||
-		cur.Status.Observed.BootID != want.Observed.BootID {
-		cur.Status = want
-		_, _ = m.liken.LikenV1alpha1().Machines().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-	}
-}
-
-// takeTurn reports Updating (or Rebooting), powers the Node off for
-// rebootFor, and comes back from a new boot on the target.
-func (m *simMachine) takeTurn(ctx context.Context, cur *likenv1.Machine, want likenv1.MachineStatus, reason likenv1.TurnReason, target string) {
-	want.Phase = likenv1.MachineRebooting
-	if reason == likenv1.TurnRelease {
-		want.Phase = likenv1.MachineUpdating
-	}
-	cur.Status = want
-	if _, err := m.liken.LikenV1alpha1().Machines().UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		return
-	}
-	_ = m.e.cp.SetPower(ctx, m.name, false)
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(m.e.spec.rebootFor):
-	}
-	m.mu.Lock()
-	m.boot++
-	if reason == likenv1.TurnRelease {
-		m.version = target
-	}
-	m.reboot = ""
-	m.mu.Unlock()
-	_ = m.e.cp.SetPower(ctx, m.name, true)
-	_ = m.renew(ctx)
-	// The next step reports Ready from the new boot.
-}
-
-func findTurn(turns []likenv1.RebootTurn, name string) *likenv1.RebootTurn {
-	for i := range turns {
-		if turns[i].Machine == name {
-			return &turns[i]
-		}
-	}
-	return nil
-}
-
-// operatorProc is one cluster-operator process.
-type operatorProc struct {
-	id      string
-	cmd     *exec.Cmd
-	log     string
-	metrics string
-	started time.Time
-	done    chan struct{}
-	code    int
-}
-
-// startOperator runs the binary as liken:cluster-operator with the given
-// extra flags.
-func (e *env) startOperator(id string, flags ...string) *operatorProc {
+// startOperator runs the cluster-operator binary as
+// liken:cluster-operator with the given extra flags.
+func (e *env) startOperator(id string, flags ...string) *fleetsim.Operator {
 	e.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(e.t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-	logPath := filepath.Join(e.cp.Dir, "logs", fmt.Sprintf("operator-%s-%d.log", id, time.Now().UnixNano()))
-	logFile, err := os.Create(logPath)
-	assert.NilError(e.t, err)
-	defer logFile.Close()
-	args := append([]string{"--kubeconfig", e.cp.OperatorKubeconfig, "--identity", id, "--metrics-bind-address", addr, "-v", "2"}, flags...)
-	cmd := exec.Command(binary(e.t), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	assert.NilError(e.t, cmd.Start())
-	p := &operatorProc{id: id, cmd: cmd, log: logPath, metrics: addr, started: time.Now(), done: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		p.code = 0
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			p.code = exit.ExitCode()
-		}
-		close(p.done)
-	}()
-	e.t.Cleanup(func() {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if e.t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 20000 {
-				b = b[len(b)-20000:]
-			}
-			e.t.Logf("===== cluster-operator %s (%s) =====\n%s", id, logPath, b)
-		}
-	})
-	e.t.Logf("started cluster-operator %s (pid %d) %s", id, cmd.Process.Pid, strings.Join(flags, " "))
-	return p
-}
-
-func (p *operatorProc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	assert.NilError(t, syscall.Kill(p.cmd.Process.Pid, sig))
-}
-
-func (p *operatorProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *operatorProc) logText(t *testing.T) string {
-	b, err := os.ReadFile(p.log)
-	assert.NilError(t, err)
-	return string(b)
+	return fleetsim.StartOperator(e.t, e.cp, id, flags...)
 }
 
 // ledgerRecorder watches every version of the Cluster, the Machines and
@@ -717,15 +449,4 @@ func (r *ledgerRecorder) check(t *testing.T) int {
 	}
 	assert.Assert(t, len(problems) == 0, "the contract was broken:\n%s", strings.Join(problems, "\n"))
 	return len(r.clusters)
-}
-
-// fetch GETs a path of an operator's metrics server.
-func fetch(t *testing.T, addr, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + path)
-	assert.NilError(t, err)
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String()
 }

@@ -44,7 +44,7 @@ func TestFailoverUnderSIGSTOP(t *testing.T) {
 		}
 		return false
 	})
-	a.signal(t, syscall.SIGSTOP)
+	a.Signal(t, syscall.SIGSTOP)
 	stoppedAt := time.Now()
 	t.Logf("SIGSTOP op-a with turns %q", e.cluster().Status.Turns)
 
@@ -54,12 +54,12 @@ func TestFailoverUnderSIGSTOP(t *testing.T) {
 		c := e.cluster()
 		return len(c.Status.RebootTurns) == 0 && progressing(c).Reason == likenv1.ReasonStartupGrace
 	})
-	logBefore := len(a.logText(t))
-	a.signal(t, syscall.SIGCONT)
+	logBefore := len(a.Log(t))
+	a.Signal(t, syscall.SIGCONT)
 	resumedAt := time.Now()
-	e.waitFor("op-a to exit", time.Minute, a.exited)
-	assert.Equal(t, a.code, 3, "a copy that lost the lease exits with code 3")
-	after := a.logText(t)[logBefore:]
+	e.waitFor("op-a to exit", time.Minute, a.Exited)
+	assert.Equal(t, a.Code, 3, "a copy that lost the lease exits with code 3")
+	after := a.Log(t)[logBefore:]
 	for _, line := range strings.Split(after, "\n") {
 		if strings.Contains(line, "lost the lease") || strings.Contains(line, "has been modified") {
 			t.Logf("op-a after SIGCONT: %s", line)
@@ -73,7 +73,7 @@ func TestFailoverUnderSIGSTOP(t *testing.T) {
 		tookOver.Round(100*time.Millisecond), resumedAt.Sub(stoppedAt).Round(100*time.Millisecond), time.Since(resumedAt).Round(100*time.Millisecond))
 
 	e.waitRolledOut(version2, 3*time.Minute)
-	assert.Assert(t, !b.exited())
+	assert.Assert(t, !b.Exited())
 	n := rec.check(t)
 	grants := rec.grants()
 	var order []string
@@ -108,11 +108,11 @@ func TestRestartMidRolloutRealDefaults(t *testing.T) {
 
 	// Kill the operator mid-rollout; node-4 hangs (no heartbeat, no
 	// status) before the new copy starts; its Node stays Ready.
-	first.signal(t, syscall.SIGKILL)
-	e.waitFor("op-a to die", 30*time.Second, first.exited)
-	e.machines["node-4"].hang(t)
+	first.Signal(t, syscall.SIGKILL)
+	e.waitFor("op-a to die", 30*time.Second, first.Exited)
+	e.machines["node-4"].Hang(t)
 	restarted := e.startOperator("op-a") // the real defaults: 40 s and 40 s
-	restartAt := restarted.started
+	restartAt := restarted.Started
 
 	e.waitFor("Progressing to say StartupGrace", time.Minute, func() bool {
 		return progressing(e.cluster()).Reason == likenv1.ReasonStartupGrace
@@ -137,7 +137,7 @@ func TestRestartMidRolloutRealDefaults(t *testing.T) {
 		assert.Assert(t, g.machine != "node-3", "node-3 got a turn while node-4 was Lost")
 	}
 
-	e.machines["node-4"].alive.Store(true)
+	e.machines["node-4"].Wake()
 	backAt := time.Now()
 	e.waitFor("node-3 to get its turn", time.Minute, func() bool { return e.cluster().Status.Turns == "node-3" })
 	var firstGrant grant
@@ -175,7 +175,7 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 		return e.cluster().Status.Releases.Available == version2
 	})
 
-	e.machines["node-4"].hang(t)
+	e.machines["node-4"].Hang(t)
 	silentAt := time.Now()
 	e.waitFor("node-4 to read Lost", time.Minute, func() bool { return e.machine("node-4").Status.Phase == likenv1.MachineLost })
 	lost := time.Since(silentAt)
@@ -190,8 +190,8 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	e.waitFor("Progressing to say Paused", time.Minute, func() bool {
 		return progressing(e.cluster()).Reason == likenv1.ReasonPaused
 	})
-	e.machines["node-2"].requestReboot()
-	e.machines["node-3"].requestReboot()
+	e.machines["node-2"].RequestReboot()
+	e.machines["node-3"].RequestReboot()
 	e.waitFor("node-2 and node-3 to ask for a turn", time.Minute, func() bool {
 		return e.machine("node-2").Status.Phase == likenv1.MachineRebootPending && e.machine("node-3").Status.Phase == likenv1.MachineRebootPending
 	})
@@ -205,7 +205,7 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	e.waitFor("node-3 to finish", time.Minute, func() bool { return e.cluster().Status.Turns == "" })
 
 	// node-4 comes back and writes its own phase again.
-	e.machines["node-4"].alive.Store(true)
+	e.machines["node-4"].Wake()
 	e.waitFor("node-4 to report Ready again", time.Minute, func() bool {
 		return e.machine("node-4").Status.Phase == likenv1.MachineReady
 	})
@@ -222,7 +222,7 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	for _, r := range []string{"TurnGranted", "TurnFinished", "MachineLost", "NewReleaseAvailable"} {
 		assert.Assert(t, reasons[r] > 0, "no %s event; events: %v", r, reasons)
 	}
-	code, body := fetch(t, op.metrics, "/metrics")
+	code, body := op.Fetch(t, "/metrics")
 	assert.Equal(t, code, 200)
 	for _, want := range []string{
 		`liken_operator_turns_granted_total{cluster="lab",reason="Reboot"} 2`,
@@ -234,7 +234,7 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 		assert.Assert(t, is.Contains(body, want))
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
-		code, body := fetch(t, op.metrics, path)
+		code, body := op.Fetch(t, path)
 		assert.Equal(t, code, 200, fmt.Sprintf("%s: %s", path, body))
 	}
 	n := rec.check(t)
@@ -257,8 +257,8 @@ func TestKilledAndReplacedShortGrace(t *testing.T) {
 	e.waitFor("node-2 to take its turn", 2*time.Minute, func() bool {
 		return e.cluster().Status.Turns == "node-2" && e.machine("node-2").Status.Phase == likenv1.MachineUpdating
 	})
-	old.signal(t, syscall.SIGKILL)
-	e.waitFor("op-old to die", 30*time.Second, old.exited)
+	old.Signal(t, syscall.SIGKILL)
+	e.waitFor("op-old to die", 30*time.Second, old.Exited)
 	killedAt := time.Now()
 	e.startOperator("op-new", flags...)
 	e.waitFor("op-new to lead", time.Minute, func() bool { return e.holder() == "op-new" })

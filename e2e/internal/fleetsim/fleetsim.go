@@ -1,0 +1,62 @@
+// Package fleetsim plays liken's machines against a real control plane and
+// a real cluster-operator, for end-to-end tests.
+package fleetsim
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	"liken.sh/liken/cli/lab/controlplane"
+)
+
+// manifests are the files of liken's manifests a simulated fleet needs:
+// the namespace, the CRDs, the RBAC of the operator and the machines, and
+// the admission policy that keeps each machine to its own objects.
+var manifests = []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"}
+
+// Install applies liken's manifests to cp and waits until its CRDs are
+// established.
+func Install(ctx context.Context, t testing.TB, cp *controlplane.ControlPlane) {
+	t.Helper()
+	dir := filepath.Join(RepoRoot(t), "manifests")
+	for _, f := range manifests {
+		out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(dir, f))
+		assert.NilError(t, err, out)
+	}
+	out, err := cp.Kubectl(ctx, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh")
+	assert.NilError(t, err, out)
+}
+
+// RepoRoot is the liken source tree that holds the running test: the
+// closest folder above the working directory with a go.mod.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	assert.NilError(t, err)
+	for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+	}
+	t.Fatalf("no go.mod above %s: run the test from the liken source tree", wd)
+	return ""
+}
+
+// Binary is the path of one of liken's programs: in $LIKEN_BIN, else in
+// _output/bin of the source tree. A missing program fails the test.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	dir := os.Getenv("LIKEN_BIN")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(t), "_output", "bin")
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s not found at %s: run `make build` or set LIKEN_BIN (%v)", name, p, err)
+	}
+	return p
+}
