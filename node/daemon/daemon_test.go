@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -96,7 +97,9 @@ func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
 			return true, nil, err
 		}
 		out := cur.(*likenv1.Machine).DeepCopy()
-		out.Status = in.Status
+		if out.Status, err = stored(in.Status); err != nil {
+			return true, nil, err
+		}
 		return true, out, e.lk.Tracker().Update(gvr, out, "")
 	})
 	e.kube = kubefake.NewClientset(node)
@@ -115,6 +118,17 @@ func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
 		return true, nil, e.kube.Tracker().Delete(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, ev.Namespace, ev.Name)
 	})
 	return e
+}
+
+// stored is st as the API server keeps it: written as JSON and read back,
+// so its times keep only whole seconds.
+func stored(st likenv1.MachineStatus) (likenv1.MachineStatus, error) {
+	var out likenv1.MachineStatus
+	b, err := json.Marshal(st)
+	if err == nil {
+		err = json.Unmarshal(b, &out)
+	}
+	return out, err
 }
 
 func (e *env) options() daemon.Options {

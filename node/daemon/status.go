@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,12 +90,12 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	}
 	st.Observed.BootID = d.o.Boot.BootID
 	if st.Observed.LastBoot == nil && !d.st.BootSeen.IsZero() {
-		t := metav1.NewTime(d.st.BootSeen.UTC().Truncate(1e9))
+		t := apiTime(d.st.BootSeen)
 		st.Observed.LastBoot = &t
 	}
 
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.Generation})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.Generation, LastTransitionTime: apiTime(v.now)})
 	}
 	// Ready.
 	if st.Phase == likenv1.MachineReady {
@@ -202,7 +204,10 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 // the first write happens even with nothing new: it proves the daemon
 // reaches the API server. Call with d.mu held.
 func (d *Daemon) writeStatus(ctx context.Context, v *view) error {
-	st := d.desiredStatus(ctx, v)
+	st, err := apiPrecision(d.desiredStatus(ctx, v))
+	if err != nil {
+		return err
+	}
 	cur := v.m.Status
 	force := d.mode == modeTrial && !d.statusWrittenInBoot
 	if !force && equality.Semantic.DeepEqual(st, cur) {
@@ -220,7 +225,7 @@ func (d *Daemon) writeStatus(ctx context.Context, v *view) error {
 	}
 	m := v.m.DeepCopy()
 	m.Status = st
-	_, err := d.o.Liken.LikenV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{FieldManager: FieldManager})
+	_, err = d.o.Liken.LikenV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		d.lastStatusErr = err
 		if apierrors.IsConflict(err) {
@@ -237,4 +242,26 @@ func (d *Daemon) writeStatus(ctx context.Context, v *view) error {
 	}
 	klog.FromContext(ctx).V(2).Info("Status written", "phase", st.Phase, "change", st.Change)
 	return nil
+}
+
+// apiTime is t as the API server keeps a metav1.Time: to the second, in UTC.
+func apiTime(t time.Time) metav1.Time {
+	return metav1.NewTime(t.UTC().Truncate(time.Second))
+}
+
+// apiPrecision returns st as the API server stores it: its JSON form read
+// back, so every metav1.Time is cut to the second (and a MicroTime to the
+// microsecond). writeStatus compares this with the cached status, so a time
+// taken with more precision, in any field, cannot make every sync write an
+// unchanged status.
+func apiPrecision(st likenv1.MachineStatus) (likenv1.MachineStatus, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return st, fmt.Errorf("encoding the Machine's status: %w", err)
+	}
+	var out likenv1.MachineStatus
+	if err := json.Unmarshal(b, &out); err != nil {
+		return st, fmt.Errorf("decoding the Machine's status: %w", err)
+	}
+	return out, nil
 }

@@ -250,11 +250,14 @@ func (d *Daemon) configFailed(ctx context.Context, v *view, what string, err err
 // plan works out the pending changes and the change identifier.
 // Call with d.mu held.
 func (d *Daemon) plan(v *view) {
+	// The API server keeps a metav1.Time to the second: a time with more
+	// precision would never compare equal to what it stores, and every
+	// sync would write the status again.
 	since := func(field, value string) metav1.Time {
 		if s, ok := d.st.PendingSince[field]; ok && s.Value == value {
-			return metav1.NewTime(s.Since)
+			return apiTime(s.Since)
 		}
-		return metav1.NewTime(v.now)
+		return apiTime(v.now)
 	}
 	wanted := map[string]Since{}
 	add := func(field string, class likenv1.DisruptionClass, value string) {
