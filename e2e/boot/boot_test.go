@@ -115,6 +115,20 @@ func tail(s string, n int) string {
 // key=value fields. An init error or QEMU's end fails the test.
 func (m *machine) expect(marker string) map[string]string {
 	m.t.Helper()
+	line := m.expectLine(marker)
+	fields := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			fields[k] = v
+		}
+	}
+	return fields
+}
+
+// expectLine waits for the next console line holding marker and returns
+// the line from the marker on.
+func (m *machine) expectLine(marker string) string {
+	m.t.Helper()
 	var line string
 	poll.WaitOn(m.t, func(poll.LogT) poll.Result {
 		if l, ok := m.vm.Find(marker); ok {
@@ -135,13 +149,7 @@ func (m *machine) expect(marker string) map[string]string {
 		return poll.Continue("waiting for %q on the console", marker)
 	}, poll.WithTimeout(bootTimeout), poll.WithDelay(50*time.Millisecond))
 	m.t.Logf("%6.1fs %s", time.Since(m.vm.Started).Seconds(), line)
-	fields := map[string]string{}
-	for _, f := range strings.Fields(line[strings.Index(line, marker):]) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			fields[k] = v
-		}
-	}
-	return fields
+	return line[strings.Index(line, marker):]
 }
 
 // expectBoot waits for the init's report and checks the slot and trial.

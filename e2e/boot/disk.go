@@ -33,6 +33,9 @@ type DiskSpec struct {
 	// are. A copy must be EnvBlockSize bytes, so that GRUB's save_env and
 	// the tests find it in one block.
 	Primary, Backup []byte
+	// Files are more files for the boot partition, by path from its root
+	// (such as boot/grub/liken-args.cfg).
+	Files map[string][]byte
 }
 
 // Disk is a raw disk image: MBR, GRUB's core image, one ext2 partition with
@@ -60,6 +63,16 @@ func (k *Kit) BuildDisk(dir string, spec DiskSpec) (*Disk, error) {
 		filepath.Join(grubDir, "grub.cfg"):      boot.GrubConfig(),
 		filepath.Join(grubDir, boot.EnvFile):    spec.Primary,
 		filepath.Join(grubDir, boot.BackupFile): spec.Backup,
+	}
+	for rel, b := range spec.Files {
+		p := filepath.Join(tree, filepath.FromSlash(rel))
+		if !strings.HasPrefix(p, tree+string(filepath.Separator)) {
+			return nil, fmt.Errorf("test disk: file %q is outside the partition", rel)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		files[p] = b
 	}
 	kernel, err := os.ReadFile(k.Kernel)
 	if err != nil {

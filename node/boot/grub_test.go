@@ -160,9 +160,9 @@ fi`)
 	assert.Assert(t, clear > 0 && source > clear && firstBoot > source, "clear %d, source %d, first boot %d", clear, source, firstBoot)
 
 	// Every kernel line is in liken_boot, which boots the slot it is given
-	// (the trial, and the proven slot after it): the first carries the
-	// extra arguments before liken's own, so liken's win; the second, used
-	// only when the kernel refuses the first, does without them.
+	// (the trial, and the proven slot after it), and carries the extra
+	// arguments after liken's own, so that a line too long loses only
+	// extra arguments.
 	var linux []string
 	for _, l := range strings.Split(cfg, "\n") {
 		if l = strings.TrimSpace(l); strings.Contains(l, "linux ") && !strings.HasPrefix(l, "#") {
@@ -170,8 +170,7 @@ fi`)
 		}
 	}
 	assert.DeepEqual(t, linux, []string{
-		`if linux "/$1/vmlinuz" ${` + VarKernelArgs + `} ${liken_args} ${liken_cmdline}; then`,
-		`if linux "/$1/vmlinuz" ${liken_args} ${liken_cmdline}; then`,
+		`if linux "/$1/vmlinuz" ${liken_args} ${liken_cmdline} ${` + VarKernelArgs + `}; then`,
 	})
 	fn := cfg[strings.Index(cfg, "function liken_boot {"):]
 	fn = fn[:strings.Index(fn, "\n}\n")]

@@ -22,6 +22,10 @@ const (
 	// that they and liken's own arguments fit the kernel's 2048-byte
 	// command line with room to spare.
 	MaxKernelArgsLen = 1024
+	// MaxKernelArgs bounds how many extra arguments there are: the kernel
+	// hands the ones it does not know to init, and panics at boot when
+	// there are more than 32 of one kind.
+	MaxKernelArgs = 24
 )
 
 // kernelArgsHeader is the first line of KernelArgsFile.
@@ -34,11 +38,16 @@ const kernelArgsHeader = "# Written by liken-node from the Cluster's settings.ke
 const kernelArgForbidden = `"'\*?[]`
 
 // ValidateKernelArgs checks that GRUB can pass every argument to the kernel
-// unchanged: no empty argument, only printable ASCII without white space
-// or any of " ' \ * ? [ ], no "--" (it would hand liken's own arguments to
-// init), nothing named liken.* (the boot script's own parameters), and at
-// most MaxKernelArgsLen bytes in all. The error names the argument.
+// unchanged and that none can stop liken's boot script from working: no
+// empty argument, only printable ASCII without white space or any of
+// " ' \ * ? [ ], no "--", nothing named liken.* or panic (the boot
+// script's own parameters: extra arguments come after them and would win),
+// at most MaxKernelArgs arguments and MaxKernelArgsLen bytes in all. The
+// error names the argument.
 func ValidateKernelArgs(args []string) error {
+	if len(args) > MaxKernelArgs {
+		return fmt.Errorf("%d kernel arguments given, more than the %d liken passes: the kernel panics at boot when it has to hand too many unknown arguments to init; shorten settings.kernelArgs", len(args), MaxKernelArgs)
+	}
 	total := 0
 	for i, a := range args {
 		if a == "" {
@@ -55,10 +64,14 @@ func ValidateKernelArgs(args []string) error {
 			}
 		}
 		if a == "--" {
-			return fmt.Errorf("kernel argument %q would pass the rest of the command line, liken's own arguments included, to init; remove it", a)
+			return fmt.Errorf("kernel argument %q would pass the arguments after it to init instead of the kernel; remove it", a)
 		}
-		if name, _, _ := strings.Cut(a, "="); strings.HasPrefix(name, "liken.") {
+		name, _, _ := strings.Cut(a, "=")
+		if strings.HasPrefix(name, "liken.") {
 			return fmt.Errorf("kernel argument %q: parameters named liken.* belong to liken's boot script and cannot be set", a)
+		}
+		if name == "panic" {
+			return fmt.Errorf("kernel argument %q: liken's boot script sets panic= so that a kernel that fails reboots into the proven slot; it cannot be changed", a)
 		}
 		total += len(a)
 		if i > 0 {

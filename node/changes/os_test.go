@@ -110,6 +110,7 @@ func TestOSStageBootKernelArgs(t *testing.T) {
 		{"a=';reboot;'", `kernel argument "a=';reboot;'" holds the character '\''`},
 		{"liken.slot=B", `kernel argument "liken.slot=B": parameters named liken.* belong to liken's boot script`},
 		{"--", `kernel argument "--" would pass`},
+		{"panic=0", `kernel argument "panic=0": liken's boot script sets panic=`},
 	} {
 		bad := base()
 		bad.Settings.KernelArgs = []string{"quiet", tc.arg}

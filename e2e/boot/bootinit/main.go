@@ -69,6 +69,8 @@ func main() {
 	if err != nil {
 		fail("read /proc/cmdline: %v", err)
 	}
+	// The whole command line, for the tests of the extra kernel arguments.
+	say("CMDLINE %s", strings.TrimSpace(string(cmdline)))
 	slot, trial, err := boot.ParseCmdline(string(cmdline))
 	if err != nil {
 		fail("%v", err)

@@ -1,0 +1,123 @@
+package boote2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/changes"
+)
+
+// stagedArgsFile writes args with the node's OS applier, as liken-node
+// does before a reboot, and returns the file it wrote on the boot
+// partition.
+func stagedArgsFile(t *testing.T, args []string) []byte {
+	t.Helper()
+	root := t.TempDir()
+	cfg := changes.Config{Settings: likenv1.SharedSettings{KernelArgs: args}}
+	assert.NilError(t, (&changes.OS{Root: root}).StageBoot(context.Background(), cfg, nil))
+	b, err := os.ReadFile(filepath.Join(root, changes.KernelArgsFile))
+	assert.NilError(t, err)
+	return b
+}
+
+// expectCmdline waits for the init's report of /proc/cmdline, checks that
+// liken's boot script started the slot, and returns the arguments.
+func (m *machine) expectCmdline(slot boot.Slot, trial bool) []string {
+	m.t.Helper()
+	line := strings.TrimPrefix(m.expectLine("LIKEN-CMDLINE "), "LIKEN-CMDLINE ")
+	s, tr, err := boot.ParseCmdline(line)
+	assert.NilError(m.t, err, "the kernel command line %q", line)
+	assert.Equal(m.t, s, slot)
+	assert.Equal(m.t, tr, trial)
+	return strings.Fields(line)
+}
+
+// TestKernelArgs: the OS applier stages settings.kernelArgs on the boot
+// partition, GRUB passes them unchanged (every character an argument may
+// hold) to the trial slot's kernel, after liken's own; the trial fails, and
+// the proven slot boots with the same arguments (the staged arguments
+// apply to whichever slot boots next).
+func TestKernelArgs(t *testing.T) {
+	t.Parallel()
+	args := []string{
+		"likentest.first=1",
+		"likentest.punct=!#$%&()+,-./:;<=>@^_`{|}~",
+		"likentest.var=${prefix}$liken_panic",
+		"likentest_flag",
+		"mitigations=auto",
+	}
+	primary, backup := armed(t, boot.SlotA, boot.SlotB)
+	m := newMachine(t, DiskSpec{
+		Scenario: map[boot.Slot]string{boot.SlotB: "panic"},
+		Primary:  primary, Backup: backup,
+		Files: map[string][]byte{changes.KernelArgsFile: stagedArgsFile(t, args)},
+	})
+
+	m.powerOn()
+	got := m.expectCmdline(boot.SlotB, true)
+	assert.DeepEqual(t, got[len(got)-len(args):], args)
+	assert.Assert(t, slices.Index(got, "liken.slot=B") < len(got)-len(args), "liken's arguments come first: %q", got)
+	m.expectBoot(boot.SlotB, true)
+	m.expect("LIKEN-PANIC")
+
+	got = m.expectCmdline(boot.SlotA, false)
+	assert.DeepEqual(t, got[len(got)-len(args):], args)
+	m.expectBoot(boot.SlotA, false)
+	m.waitPowerOff()
+	m.assertStates(boot.State{Proven: boot.SlotA})
+}
+
+// TestKernelArgsFileDamaged: an arguments file that is cut short (GRUB
+// reports a syntax error and goes on), empty, or too long for the kernel
+// still boots, a trial included, with liken's own arguments whole.
+func TestKernelArgsFileDamaged(t *testing.T) {
+	t.Parallel()
+	staged := stagedArgsFile(t, []string{"likentest.a=1", "likentest.b=2"})
+	cut := staged[:len(staged)-len("b=2'\n")]
+	long := "# more than the kernel's 2048 bytes, written by hand\nset liken_kernel_args='likentest.first=1" +
+		strings.Repeat(" likentest.long=0123456789", 100) + " likentest.last=1'\n"
+	tests := []struct {
+		name  string
+		file  []byte
+		check func(t *testing.T, extra []string)
+	}{
+		{"cut short: no extra arguments", cut, func(t *testing.T, extra []string) {
+			assert.DeepEqual(t, extra, []string(nil))
+		}},
+		{"empty: no extra arguments", []byte{}, func(t *testing.T, extra []string) {
+			assert.DeepEqual(t, extra, []string(nil))
+		}},
+		{"too long: GRUB drops the extra arguments that do not fit", []byte(long), func(t *testing.T, extra []string) {
+			assert.Assert(t, len(extra) > 1 && extra[0] == "likentest.first=1", "%q", extra)
+			assert.Assert(t, !slices.Contains(extra, "likentest.last=1"), "the line was not cut")
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			primary, backup := armed(t, boot.SlotA, boot.SlotB)
+			m := newMachine(t, DiskSpec{Primary: primary, Backup: backup,
+				Files: map[string][]byte{changes.KernelArgsFile: tc.file}})
+			m.powerOn()
+			got := m.expectCmdline(boot.SlotB, true)
+			var extra []string
+			for _, a := range got {
+				if strings.HasPrefix(a, "likentest.") {
+					extra = append(extra, a)
+				}
+			}
+			tc.check(t, extra)
+			f := m.expectBoot(boot.SlotB, true)
+			assert.Equal(t, f["state"], "A/-", "GRUB cleared the trial flag")
+			m.waitPowerOff()
+		})
+	}
+}
