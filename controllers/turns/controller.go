@@ -8,6 +8,7 @@ package turns
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -90,12 +90,25 @@ type Controller struct {
 	cfg      Config
 	clusters likenlisters.ClusterLister
 	machines cache.Indexer
-	nodes    corelisters.NodeLister
+	nodes    cache.Indexer
+	roster   fleet.Roster
 	queue    *worker.Queue
 	synced   []cache.InformerSynced
-	// waitingSince is when this copy first saw a machine wait for a turn
-	// for a given change, for the grant latency metric.
-	waitingSince map[string]time.Time
+
+	mu sync.Mutex
+	// waitingSince is, per cluster and machine, when this copy first saw
+	// the machine wait for a turn for its current change, for the grant
+	// latency metric.
+	waitingSince map[string]map[string]*wait
+	// syncs counts the syncs, to tell which waits the last one saw.
+	syncs uint64
+}
+
+// wait is a machine seen waiting for a turn for change since a time.
+type wait struct {
+	change string
+	since  time.Time
+	seen   uint64
 }
 
 // New wires the controller to its informers. Call before the informers
@@ -108,8 +121,8 @@ func New(cfg Config) (*Controller, error) {
 		cfg:          cfg,
 		clusters:     cfg.Clusters.Lister(),
 		machines:     cfg.Machines.Informer().GetIndexer(),
-		nodes:        cfg.Nodes.Lister(),
-		waitingSince: map[string]time.Time{},
+		nodes:        cfg.Nodes.Informer().GetIndexer(),
+		waitingSince: map[string]map[string]*wait{},
 	}
 	c.queue = worker.New("turns", cfg.Clock, c.sync)
 	c.synced = []cache.InformerSynced{cfg.Clusters.Informer().HasSynced, cfg.Machines.Informer().HasSynced, cfg.Nodes.Informer().HasSynced}
@@ -168,30 +181,42 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	cluster, err := c.clusters.Get(key)
 	if apierrors.IsNotFound(err) {
 		c.cfg.Metrics.Machines.DeletePartialMatch(map[string]string{"cluster": key})
-		c.trackWaiting(key, nil, time.Time{})
+		c.roster.Forget(key)
+		c.forgetWaiting(key)
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	machines, err := fleet.MachinesOf(c.machines, cluster.Name)
+	machines, err := c.roster.MachinesOf(c.machines, cluster.Name)
 	if err != nil {
 		return 0, err
 	}
 	countPhases(c.cfg.Metrics, cluster.Name, machines)
-	nodes := make(map[string]Node, len(machines))
+	// Only machines that have a Node get an entry (no entry: no Node).
+	var nodes map[string]Node
 	for _, m := range machines {
-		state, n, err := fleet.NodeStateOf(c.nodes, m.Name)
+		obj, exists, err := c.nodes.GetByKey(m.Name)
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("reading the Node of machine %s: %w", m.Name, err)
 		}
-		nodes[m.Name] = Node{State: state, Unschedulable: n != nil && n.Spec.Unschedulable}
+		n, ok := obj.(*corev1.Node)
+		if !exists || !ok {
+			continue
+		}
+		if nodes == nil {
+			nodes = make(map[string]Node, len(machines))
+		}
+		nodes[m.Name] = Node{State: fleet.StateOf(n), Unschedulable: n.Spec.Unschedulable}
 	}
 	now := c.cfg.Clock.Now()
-	silent := map[string]bool{}
+	var silent map[string]bool
 	if c.cfg.Liveness != nil {
 		for _, m := range machines {
 			if c.cfg.Liveness.Silent(m.Name, now) {
+				if silent == nil {
+					silent = map[string]bool{}
+				}
 				silent[m.Name] = true
 			}
 		}
@@ -247,22 +272,55 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 }
 
 // trackWaiting remembers when each waiting machine was first seen waiting
-// for its current change.
+// for its current change, and forgets the machines no longer waiting.
 func (c *Controller) trackWaiting(cluster string, waiting []*likenv1.Machine, now time.Time) {
-	seen := map[string]bool{}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.syncs++
+	byMachine := c.waitingSince[cluster]
+	if byMachine == nil {
+		if len(waiting) == 0 {
+			return
+		}
+		byMachine = make(map[string]*wait, len(waiting))
+		c.waitingSince[cluster] = byMachine
+	}
 	for _, m := range waiting {
-		k := cluster + "/" + m.Name + "/" + m.Status.Change
-		seen[k] = true
-		if _, ok := c.waitingSince[k]; !ok {
-			c.waitingSince[k] = now
+		w := byMachine[m.Name]
+		switch {
+		case w == nil:
+			byMachine[m.Name] = &wait{change: m.Status.Change, since: now, seen: c.syncs}
+		case w.change != m.Status.Change:
+			*w = wait{change: m.Status.Change, since: now, seen: c.syncs}
+		default:
+			w.seen = c.syncs
 		}
 	}
-	prefix := cluster + "/"
-	for k := range c.waitingSince {
-		if len(k) > len(prefix) && k[:len(prefix)] == prefix && !seen[k] {
-			delete(c.waitingSince, k)
+	for name, w := range byMachine {
+		if w.seen != c.syncs {
+			delete(byMachine, name)
 		}
 	}
+}
+
+// forgetWaiting drops the waits of a deleted cluster.
+func (c *Controller) forgetWaiting(cluster string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.waitingSince, cluster)
+}
+
+// grantLatency is how long the machine of turn t waited, as far as this
+// copy saw, and forgets the wait; ok is false when it did not see it.
+func (c *Controller) grantLatency(cluster string, t likenv1.RebootTurn, now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.waitingSince[cluster][t.Machine]
+	if w == nil || w.change != t.Change {
+		return 0, false
+	}
+	delete(c.waitingSince[cluster], t.Machine)
+	return now.Sub(w.since), true
 }
 
 // report logs, records events and metrics for a decision that was
@@ -270,14 +328,10 @@ func (c *Controller) trackWaiting(cluster string, waiting []*likenv1.Machine, no
 func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machines []*likenv1.Machine, d Decision, now time.Time) {
 	logger := klog.FromContext(ctx)
 	rec := c.cfg.Recorder
-	byName := map[string]*likenv1.Machine{}
-	for _, m := range machines {
-		byName[m.Name] = m
-	}
 	// event records on the Cluster, and on the Machine when it exists.
 	event := func(machine, eventType, reason, action, note string) {
 		rec.Eventf(cluster, nil, eventType, reason, action, "%s", note)
-		if m := byName[machine]; m != nil {
+		if m := findMachine(machines, machine); m != nil {
 			rec.Eventf(m, cluster, eventType, reason, action, "%s", note)
 		}
 	}
@@ -289,7 +343,7 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnFinished, "EndTurn", e.Message)
 			if e.Turn.Reason == likenv1.TurnRelease {
 				event(e.Turn.Machine, corev1.EventTypeNormal, EventTrialSucceeded, "Trial", fmt.Sprintf(
-					"Machine %s proved release %s", e.Turn.Machine, byName[e.Turn.Machine].Status.Version))
+					"Machine %s proved release %s", e.Turn.Machine, findMachine(machines, e.Turn.Machine).Status.Version))
 			}
 		case ResultTrialFailed:
 			event(e.Turn.Machine, corev1.EventTypeWarning, EventTrialFailed, "Trial", e.Message)
@@ -314,10 +368,8 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 	}
 	for _, t := range d.Granted {
 		c.cfg.Metrics.TurnsGranted.WithLabelValues(cluster.Name, string(t.Reason)).Inc()
-		k := cluster.Name + "/" + t.Machine + "/" + t.Change
-		if since, ok := c.waitingSince[k]; ok {
-			c.cfg.Metrics.GrantLatency.WithLabelValues(cluster.Name).Observe(now.Sub(since).Seconds())
-			delete(c.waitingSince, k)
+		if waited, ok := c.grantLatency(cluster.Name, t, now); ok {
+			c.cfg.Metrics.GrantLatency.WithLabelValues(cluster.Name).Observe(waited.Seconds())
 		}
 		logger.Info("Granted a turn", "cluster", klog.KObj(cluster), "machine", t.Machine, "reason", t.Reason, "change", t.Change, "leader", t.Leader)
 		event(t.Machine, corev1.EventTypeNormal, EventTurnGranted, "Grant", fmt.Sprintf(

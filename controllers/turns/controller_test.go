@@ -343,3 +343,79 @@ func TestControllerFenceGuardsLedgerWritesNotColumns(t *testing.T) {
 	assert.Assert(t, is.Contains(err.Error(), "granting turns to a in cluster lab"))
 	assert.Equal(t, f.updates(), 2)
 }
+
+// TestControllerGrantOrder: whatever order the informer index holds the
+// machines in, turns go to a leader first, then to the workers in byte
+// order of their names, and the order holds from one sync to the next as
+// machines come and go.
+func TestControllerGrantOrder(t *testing.T) {
+	names := []string{"node-10", "node-2", "Node-3", "node-1-a", "node-1", "node-", "a", "node-0", "z", "node-20"}
+	objs := []runtime.Object{tu.Cluster("lab", tu.MaxUnavailable("100%"))}
+	for _, n := range names {
+		objs = append(objs, tu.Machine(n, tu.WantsReboot))
+	}
+	objs = append(objs, tu.Machine("leader-b", tu.Leader, tu.WantsReboot), tu.Machine("leader-a", tu.Leader, tu.WantsReboot))
+	f := newFixture(t, objs...)
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "leader-a,Node-3,a,node-,node-0,node-1,node-1-a,node-10,node-2,node-20,z")
+
+	// The first worker finishes, one machine is deleted and two join: the
+	// newcomers get their turns in byte order after the ledger's.
+	f.refresh("lab")
+	f.setMachine(tu.Machine("Node-3", tu.FinishedOn(tu.Version1)))
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Delete(tu.Machine("z")))
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(tu.Machine("node-11", tu.WantsReboot)))
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(tu.Machine("b", tu.WantsReboot)))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "leader-a,a,node-,node-0,node-1,node-1-a,node-10,node-2,node-20,b,node-11")
+}
+
+// grantLatencySum is the sum of the grant latencies observed for cluster.
+func (f *fixture) grantLatencySum() (float64, uint64) {
+	f.t.Helper()
+	mfs, err := f.metrics.Registry.Gather()
+	assert.NilError(f.t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "liken_operator_grant_latency_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleSum(), h.GetSampleCount()
+		}
+	}
+	return 0, 0
+}
+
+func TestControllerGrantLatencyCountsFromTheCurrentChange(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0")),
+		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	f.refresh("lab")
+
+	// a stages another change 5 s later: its wait starts again; b stops
+	// waiting, then waits again 6 s later.
+	f.clock.Step(5 * time.Second)
+	f.setMachine(tu.Machine("a", tu.WantsRelease, tu.Change("change-a2")))
+	f.setMachine(tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	f.refresh("lab")
+	f.clock.Step(1 * time.Second)
+	f.setMachine(tu.Machine("b", tu.WantsRelease))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	f.refresh("lab")
+
+	// The budget opens 2 s later: a waited 3 s, b 2 s.
+	f.clock.Step(2 * time.Second)
+	c := f.stored("lab")
+	c.Spec.Disruption = tu.Cluster("lab", tu.MaxUnavailable("2")).Spec.Disruption
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "a,b")
+	sum, n := f.grantLatencySum()
+	assert.Equal(t, n, uint64(2))
+	assert.Equal(t, sum, 5.0)
+}

@@ -25,7 +25,8 @@ type Node struct {
 type Input struct {
 	// Cluster as read, with the resourceVersion the write will carry.
 	Cluster *likenv1.Cluster
-	// Machines of the cluster, sorted by name.
+	// Machines of the cluster, sorted by name (byte order); Decide sorts a
+	// copy when they are not.
 	Machines []*likenv1.Machine
 	// Nodes by machine name; a machine without an entry has no Node.
 	Nodes map[string]Node
@@ -97,9 +98,9 @@ func Decide(in Input) Decision {
 	c := in.Cluster
 	st := c.Status.DeepCopy()
 	d := Decision{}
-	byName := make(map[string]*likenv1.Machine, len(in.Machines))
-	for _, m := range in.Machines {
-		byName[m.Name] = m
+	if !slices.IsSortedFunc(in.Machines, byName) {
+		in.Machines = slices.Clone(in.Machines)
+		slices.SortFunc(in.Machines, byName)
 	}
 	stallTimeout := c.Spec.Disruption.StallTimeoutOrDefault()
 
@@ -114,7 +115,7 @@ func Decide(in Input) Decision {
 	var failed *Ended
 	kept := st.RebootTurns[:0:0]
 	for _, t := range st.RebootTurns {
-		m := byName[t.Machine]
+		m := findMachine(in.Machines, t.Machine)
 		if e, over := turnOver(t, m, in.Nodes[t.Machine]); over {
 			d.Ended = append(d.Ended, e)
 			if e.Result == ResultTrialFailed && failed == nil {
@@ -256,10 +257,10 @@ func Decide(in Input) Decision {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonTrialFailed, st.Halt.Message
 	case len(st.RebootTurns) > 0 || len(d.Waiting) > 0:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonGranting
-		var down []string
+		var down nameList
 		for _, m := range in.Machines {
 			if !inLedger(m.Name) && unavailable(m) {
-				down = append(down, m.Name)
+				down.add(m.Name)
 			}
 		}
 		cond.Message = grantingMessage(st.RebootTurns, down, d.Waiting, inLedger, maxUnavailable)
@@ -326,11 +327,12 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool)
 }
 
 // waiting are the machines that ask for a turn they may have, leaders
-// first, then by name (the grant order). skip leaves out the machines that
-// hold a turn already, and the silent ones: what they show is their last
-// word, and they could not act on a turn.
+// first, then workers, each in the order of machines (by name: the grant
+// order). skip leaves out the machines that hold a turn already, and the
+// silent ones: what they show is their last word, and they could not act
+// on a turn.
 func waiting(machines []*likenv1.Machine, skip func(string) bool) []*likenv1.Machine {
-	var out []*likenv1.Machine
+	var leaders, workers []*likenv1.Machine
 	for _, m := range machines {
 		if skip(m.Name) || m.Status.Change == "" {
 			continue
@@ -341,18 +343,27 @@ func waiting(machines []*likenv1.Machine, skip func(string) bool) []*likenv1.Mac
 		if fleet.IsManual(m) && !fleet.Approved(m, m.Status.Change) {
 			continue
 		}
-		out = append(out, m)
-	}
-	slices.SortStableFunc(out, func(a, b *likenv1.Machine) int {
-		if fleet.IsLeader(a) != fleet.IsLeader(b) {
-			if fleet.IsLeader(a) {
-				return -1
-			}
-			return 1
+		if fleet.IsLeader(m) {
+			leaders = append(leaders, m)
+		} else {
+			workers = append(workers, m)
 		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	return out
+	}
+	return append(leaders, workers...)
+}
+
+// byName orders machines by name (byte order).
+func byName(a, b *likenv1.Machine) int { return strings.Compare(a.Name, b.Name) }
+
+// findMachine is the machine named name in machines sorted by name, or
+// nil.
+func findMachine(machines []*likenv1.Machine, name string) *likenv1.Machine {
+	if i, ok := slices.BinarySearchFunc(machines, name, func(m *likenv1.Machine, n string) int {
+		return strings.Compare(m.Name, n)
+	}); ok {
+		return machines[i]
+	}
+	return nil
 }
 
 func reasonFor(m *likenv1.Machine) likenv1.TurnReason {
@@ -385,32 +396,32 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) 
 		t.Machine, t.Reason, t.GrantedAt.UTC().Format(time.RFC3339), timeout, cluster, likenv1.AnnotationResumeRollout)
 }
 
-func grantingMessage(turns []likenv1.RebootTurn, down []string, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {
+func grantingMessage(turns []likenv1.RebootTurn, down nameList, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {
 	var b strings.Builder
 	if len(turns) > 0 {
-		held := make([]string, 0, len(turns))
+		var held nameList
 		for _, t := range turns {
-			held = append(held, t.Machine)
+			held.add(t.Machine)
 		}
-		fmt.Fprintf(&b, "Holding a turn: %s (maxUnavailable %d).", listNames(held), maxUnavailable)
+		fmt.Fprintf(&b, "Holding a turn: %s (maxUnavailable %d).", held, maxUnavailable)
 	}
-	if len(down) > 0 {
+	if down.n > 0 {
 		if b.Len() > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "Down without a turn (Lost, silent or NotReady; they count against maxUnavailable %d): %s.", maxUnavailable, listNames(down))
+		fmt.Fprintf(&b, "Down without a turn (Lost, silent or NotReady; they count against maxUnavailable %d): %s.", maxUnavailable, down)
 	}
-	var names []string
+	var names nameList
 	for _, m := range waiting {
 		if !inLedger(m.Name) {
-			names = append(names, m.Name)
+			names.add(m.Name)
 		}
 	}
-	if len(names) > 0 {
+	if names.n > 0 {
 		if b.Len() > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "Waiting for a turn: %s.", listNames(names))
+		fmt.Fprintf(&b, "Waiting for a turn: %s.", names)
 	}
 	return b.String()
 }
@@ -421,13 +432,27 @@ func grantingMessage(turns []likenv1.RebootTurn, down []string, waiting []*liken
 // server would refuse the ledger write, and nothing would be granted).
 const maxListed = 10
 
-// listNames joins names with commas, the first maxListed of them, then
-// says how many more there are.
-func listNames(names []string) string {
-	if len(names) <= maxListed {
-		return strings.Join(names, ",")
+// nameList keeps the first maxListed machine names it is given and counts
+// them all.
+type nameList struct {
+	names []string
+	n     int
+}
+
+func (l *nameList) add(name string) {
+	if len(l.names) < maxListed {
+		l.names = append(l.names, name)
 	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ","), len(names)-maxListed)
+	l.n++
+}
+
+// String joins the names kept with commas, then says how many more there
+// are.
+func (l nameList) String() string {
+	if l.n <= len(l.names) {
+		return strings.Join(l.names, ",")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(l.names, ","), l.n-len(l.names))
 }
 
 // nextDeadline is the delay until the startup grace ends or a turn

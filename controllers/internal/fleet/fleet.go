@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -42,14 +41,37 @@ func AddIndexers(inf cache.SharedIndexInformer) error {
 	return inf.AddIndexers(Indexers)
 }
 
-// MachinesOf lists the machines of cluster from a Machine informer's
-// indexer, sorted by name (byte order). The objects are shared with the
-// cache: DeepCopy before changing one.
-func MachinesOf(indexer cache.Indexer, cluster string) ([]*likenv1.Machine, error) {
+// Roster lists the machines of each cluster from a Machine informer's
+// indexer in name order (byte order). It remembers each cluster's order
+// from one call to the next, so that a fleet whose membership did not
+// change is put in order in one pass instead of a sort: at 5,000 machines
+// the sort was most of the cost of reading the fleet. Safe for concurrent
+// use; the zero value is ready.
+type Roster struct {
+	mu     sync.Mutex
+	orders map[string]*order
+}
+
+// order is a cluster's machine names in byte order, and each name's index.
+type order struct {
+	names []string
+	rank  map[string]int
+}
+
+// MachinesOf lists the machines of cluster, sorted by name (byte order).
+// The objects are shared with the cache: DeepCopy before changing one.
+func (r *Roster) MachinesOf(indexer cache.Indexer, cluster string) ([]*likenv1.Machine, error) {
 	objs, err := indexer.ByIndex(ByCluster, cluster)
 	if err != nil {
 		return nil, fmt.Errorf("listing machines of cluster %s: %w", cluster, err)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if out, ok := r.orders[cluster].place(objs); ok {
+		return out, nil
+	}
+	// The membership changed (or this is the first call): sort, and
+	// remember the order.
 	out := make([]*likenv1.Machine, 0, len(objs))
 	for _, o := range objs {
 		if m, ok := o.(*likenv1.Machine); ok {
@@ -57,7 +79,45 @@ func MachinesOf(indexer cache.Indexer, cluster string) ([]*likenv1.Machine, erro
 		}
 	}
 	slices.SortFunc(out, func(a, b *likenv1.Machine) int { return strings.Compare(a.Name, b.Name) })
+	o := &order{names: make([]string, len(out)), rank: make(map[string]int, len(out))}
+	for i, m := range out {
+		o.names[i] = m.Name
+		o.rank[m.Name] = i
+	}
+	if r.orders == nil {
+		r.orders = map[string]*order{}
+	}
+	r.orders[cluster] = o
 	return out, nil
+}
+
+// Forget drops what the roster remembers of cluster (it was deleted).
+func (r *Roster) Forget(cluster string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.orders, cluster)
+}
+
+// place puts objs at their remembered ranks; ok is false unless objs are
+// exactly the remembered machines (same count, every name known, none
+// twice), in which case the result is in name order.
+func (o *order) place(objs []any) ([]*likenv1.Machine, bool) {
+	if o == nil || len(objs) != len(o.names) {
+		return nil, false
+	}
+	out := make([]*likenv1.Machine, len(objs))
+	for _, obj := range objs {
+		m, ok := obj.(*likenv1.Machine)
+		if !ok {
+			return nil, false
+		}
+		i, ok := o.rank[m.Name]
+		if !ok || out[i] != nil {
+			return nil, false
+		}
+		out[i] = m
+	}
+	return out, true
 }
 
 // ClusterOfMachine is the queue key of the Cluster a Machine event
@@ -89,24 +149,21 @@ const (
 	NodeNotReady
 )
 
-// NodeStateOf reads the Node named like the machine.
-func NodeStateOf(nodes corelisters.NodeLister, name string) (NodeState, *corev1.Node, error) {
-	n, err := nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		return NodeMissing, nil, nil
-	}
-	if err != nil {
-		return NodeMissing, nil, err
+// StateOf is the state of a machine's Node; n is nil when the machine
+// has no Node.
+func StateOf(n *corev1.Node) NodeState {
+	if n == nil {
+		return NodeMissing
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			if c.Status == corev1.ConditionTrue {
-				return NodeReady, n, nil
+				return NodeReady
 			}
-			return NodeNotReady, n, nil
+			return NodeNotReady
 		}
 	}
-	return NodeNotReady, n, nil
+	return NodeNotReady
 }
 
 // IsLeader is true for a machine with role Leader.
