@@ -101,6 +101,10 @@ type Daemon struct {
 	statusWrittenInBoot bool
 	lastProgressWrite   time.Time
 	lastStatusErr       error
+
+	// lease is the heartbeat Lease as the last renewal returned it; only
+	// the heartbeat goroutine uses it.
+	lease *coordinationv1.Lease
 }
 
 // New checks o and returns a Daemon; Run starts it.
@@ -303,30 +307,58 @@ func (d *Daemon) heartbeat(ctx context.Context) {
 	}
 }
 
+// renewLease renews the heartbeat Lease. It updates the Lease the last
+// renewal returned, so a renewal at rest is one request; it reads the Lease
+// only when it has none, or after an update was refused as a conflict
+// (someone else wrote it) or not found (someone deleted it), and then
+// tries once more at once.
 func (d *Daemon) renewLease(ctx context.Context) error {
 	leases := d.o.Kube.CoordinationV1().Leases(likenv1.SystemNamespace)
 	now := metav1.NewMicroTime(d.clock.Now())
-	l, err := leases.Get(ctx, d.o.Machine, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: d.o.Machine, Namespace: likenv1.SystemNamespace},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(d.o.Machine),
-				LeaseDurationSeconds: ptr.To(int32(d.t.LeaseDuration / time.Second)),
-				AcquireTime:          &now,
-				RenewTime:            &now,
-			},
-		}, metav1.CreateOptions{FieldManager: FieldManager})
+	for {
+		l, cached := d.lease, d.lease != nil
+		d.lease = nil
+		if !cached {
+			var err error
+			l, err = leases.Get(ctx, d.o.Machine, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				l, err = leases.Create(ctx, &coordinationv1.Lease{
+					ObjectMeta: metav1.ObjectMeta{Name: d.o.Machine, Namespace: likenv1.SystemNamespace},
+					Spec: coordinationv1.LeaseSpec{
+						HolderIdentity:       ptr.To(d.o.Machine),
+						LeaseDurationSeconds: ptr.To(int32(d.t.LeaseDuration / time.Second)),
+						AcquireTime:          &now,
+						RenewTime:            &now,
+					},
+				}, metav1.CreateOptions{FieldManager: FieldManager})
+				if err == nil {
+					d.lease = l
+				}
+				return err
+			}
+			if err != nil {
+				return err
+			}
+		}
+		next := l.DeepCopy()
+		next.Spec.HolderIdentity = ptr.To(d.o.Machine)
+		next.Spec.LeaseDurationSeconds = ptr.To(int32(d.t.LeaseDuration / time.Second))
+		next.Spec.RenewTime = &now
+		out, err := leases.Update(ctx, next, metav1.UpdateOptions{FieldManager: FieldManager})
+		switch {
+		case err == nil:
+			d.lease = out
+			return nil
+		case cached && (apierrors.IsConflict(err) || apierrors.IsNotFound(err)):
+			// The kept copy is stale: read the Lease again and retry.
+			continue
+		case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+			// A failure that says nothing about the Lease (a timeout, the
+			// API server down): the next renewal tries the same copy.
+			d.lease = l
+		}
 		return err
 	}
-	if err != nil {
-		return err
-	}
-	l.Spec.HolderIdentity = ptr.To(d.o.Machine)
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(d.t.LeaseDuration / time.Second))
-	l.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager})
-	return err
 }
 
 // event records an event on the Machine (and the Cluster when related).
