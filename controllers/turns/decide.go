@@ -93,7 +93,8 @@ type Decision struct {
 // done, failed or no longer wanted; honour a resume request; halt on a
 // failed trial or a stalled turn; then grant, leaders before workers and
 // by machine name, while turns held plus unavailable machines without a
-// turn stay within maxUnavailable and at most one leader is down.
+// turn stay within maxUnavailable and at most one leader is down; a
+// Release turn only to a machine whose staged release is spec.version.
 func Decide(in Input) Decision {
 	c := in.Cluster
 	st := c.Status.DeepCopy()
@@ -219,7 +220,11 @@ func Decide(in Input) Decision {
 		}
 		for _, m := range d.Waiting {
 			reason := reasonFor(m)
-			if reason == likenv1.TurnRelease && (trialHalt || !fleet.IsLeader(m) && leadersBehind) {
+			// A Release turn is for spec.version only: a machine that still
+			// reports an earlier target staged (spec.version just changed,
+			// and it has not staged the new one yet) would reboot into the
+			// wrong release, or be taken back as soon as it restages.
+			if reason == likenv1.TurnRelease && (trialHalt || m.Status.Staged != c.Spec.Version || !fleet.IsLeader(m) && leadersBehind) {
 				continue
 			}
 			if fleet.IsLeader(m) && leaderDownOtherThan(m.Name) {

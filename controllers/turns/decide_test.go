@@ -1,6 +1,7 @@
 package turns
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,11 @@ func notReady(names ...string) map[string]Node {
 		out[n] = Node{State: fleet.NodeNotReady}
 	}
 	return out
+}
+
+// staged sets status.staged.
+func staged(v string) func(*likenv1.Machine) {
+	return func(m *likenv1.Machine) { m.Status.Staged = v }
 }
 
 func TestBudget(t *testing.T) {
@@ -201,6 +207,20 @@ func TestBudget(t *testing.T) {
 			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
 			machines: []*likenv1.Machine{tu.Machine("node-2", tu.WantsRelease), tu.Machine("node-10", tu.WantsRelease), tu.Machine("Node-3", tu.WantsRelease)},
 			want:     []string{"Node-3"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "no Release turn for a release staged for an earlier target",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease, staged("2026.11.10-001")), tu.Machine("b", tu.WantsRelease, staged("")),
+				tu.Machine("c", tu.WantsRelease)},
+			want: []string{"c"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "no Release turn for a leader with an earlier target staged",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsRelease, staged(tu.Version1)),
+				tu.Machine("w1", tu.WantsRelease), tu.Machine("w2", tu.WantsReboot, staged(tu.Version1))},
+			want: []string{"w2"}, reason: likenv1.ReasonGranting,
 		},
 		{
 			name:     "manual machine without approval waits",
@@ -475,6 +495,14 @@ func TestTrialFailedHaltsReleaseTurns(t *testing.T) {
 		d := Decide(input(c, machines, nil))
 		assert.Assert(t, d.Status.Halt == nil)
 		assert.Assert(t, is.Contains(d.LiftedBecause, "spec.version changed"))
+		// b still has the previous target staged: no Release turn yet.
+		assert.Equal(t, len(d.Granted), 0)
+
+		// Once b staged the new target, it gets its turn.
+		c.Status = d.Status
+		machines := slices.Clone(machines)
+		machines[1] = tu.Machine("b", tu.WantsRelease, staged(c.Spec.Version), tu.Change("change-b2"))
+		d = Decide(input(c, machines, nil))
 		assert.DeepEqual(t, granted(d), []string{"b"})
 	})
 	t.Run("a resume lifts it", func(t *testing.T) {
