@@ -556,6 +556,7 @@ func TestRecheckMismatchRebootsWithoutTrial(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, st, boot.State{Proven: boot.SlotA}, "no trial armed")
 	e.waitEvent(daemon.ReasonSlotRecheckFailed, "Slot B no longer matches")
+	e.waitEvent(daemon.ReasonSlotRecheckFailed, "the slot's bytes changed on disk after liken verified them")
 
 	// Back on the proven slot, the machine downloads the release again.
 	// cluster-operator keeps the turn until the machine is Ready from a

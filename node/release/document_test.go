@@ -100,6 +100,13 @@ func TestErrorMessage(t *testing.T) {
 	assert.Check(t, is.Equal(ReasonOf(wrapped), ReasonChecksumMismatch))
 	assert.Check(t, is.Equal(FileOf(wrapped), "rootfs.squashfs"))
 	assert.Check(t, is.Equal(ReasonOf(errors.New("x")), Reason("")))
+
+	// Read again from a slot that verified before: the disk, not the channel.
+	err.Recheck = true
+	assert.Error(t, err, "release 2026.07.20-001 file rootfs.squashfs: bytes differ (the slot's bytes changed on disk after liken verified them, so the channel is not at fault: check the disk for errors (kernel log, SMART) and that nothing but liken-node writes to the slot)")
+	err = newError(ReasonWriteFailed, "2026.07.20-001", "rootfs.squashfs", "input/output error")
+	err.Recheck = true
+	assert.Error(t, err, "release 2026.07.20-001 file rootfs.squashfs: input/output error (the slot's storage failed: check the disk)")
 }
 
 func TestDigest(t *testing.T) {

@@ -58,6 +58,10 @@ type Error struct {
 	File string
 	// Err is the detail.
 	Err error
+	// Recheck is set when the bytes were read again from a slot that had
+	// verified before (as right before a trial boot): a mismatch then
+	// means they changed on disk, not that the channel served other bytes.
+	Recheck bool
 }
 
 // Error says what failed, on which file, and what to do.
@@ -70,7 +74,7 @@ func (e *Error) Error() string {
 		what += " file " + e.File
 	}
 	msg := fmt.Sprintf("%s: %v", what, e.Err)
-	if hint := e.Reason.hint(); hint != "" {
+	if hint := e.hint(); hint != "" {
 		msg += " (" + hint + ")"
 	}
 	return msg
@@ -78,6 +82,19 @@ func (e *Error) Error() string {
 
 // Unwrap returns the detail.
 func (e *Error) Unwrap() error { return e.Err }
+
+// hint says what to do about e.
+func (e *Error) hint() string {
+	if e.Recheck {
+		switch e.Reason {
+		case ReasonDigestMismatch, ReasonVersionMismatch, ReasonInvalidDocument, ReasonSizeMismatch,
+			ReasonOversize, ReasonChecksumMismatch, ReasonUnexpectedFile:
+			return "the slot's bytes changed on disk after liken verified them, so the channel is not at fault: " +
+				"check the disk for errors (kernel log, SMART) and that nothing but liken-node writes to the slot"
+		}
+	}
+	return e.Reason.hint()
+}
 
 func (r Reason) hint() string {
 	switch r {

@@ -503,6 +503,10 @@ func (s *Store) Recheck(ctx context.Context, name string) (*release.Document, er
 		return nil, fmt.Errorf("slot %s is %s: only a Staged or Active slot can be re-checked: %w", name, cur.State, ErrWrongState)
 	}
 	doc, verr := s.verify(ctx, name, cur.Target())
+	if re := (*release.Error)(nil); errors.As(verr, &re) {
+		// These bytes verified before: a mismatch now happened on disk.
+		re.Recheck = true
+	}
 	if verr == nil || ctx.Err() != nil || cur.State != v1alpha1.SlotStaged {
 		return doc, verr
 	}
