@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"strings"
 	"testing"
 )
 
@@ -146,6 +147,44 @@ func FuzzEncode(f *testing.F) {
 		vars, _ := ParseEnvBlock(b)
 		if name != VarProven && name != VarTrial && (len(vars) != 3 || vars[0] != (EnvVar{name, value})) {
 			t.Fatalf("other variable not kept: %q", vars)
+		}
+	})
+}
+
+// FuzzKernelArgsConfig: any list of arguments (split on "|" from the input)
+// is either refused, or written as one single-quoted GRUB string that holds
+// nothing GRUB would read as anything else, and reads back the same.
+func FuzzKernelArgsConfig(f *testing.F) {
+	for _, s := range []string{"", "quiet", "a=1|b=$x", "a'b", `a"b`, "a b", "liken.slot=B", "--", "panic=0", "x=${y};reboot", "a=\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var args []string
+		if s != "" {
+			args = strings.Split(s, "|")
+		}
+		b, err := KernelArgsConfig(args)
+		if err != nil {
+			return
+		}
+		line, ok := bytes.CutPrefix(b, []byte(kernelArgsHeader+"set "+VarKernelArgs+"='"))
+		if !ok || bytes.Count(line, []byte("'")) != 1 || !bytes.HasSuffix(line, []byte("'\n")) {
+			t.Fatalf("args %q: not one single-quoted value: %q", args, b)
+		}
+		if bytes.ContainsAny(line[:len(line)-2], "\"\\*?[]\n\r\t\x00") {
+			t.Fatalf("args %q: the value holds a character GRUB would alter: %q", args, b)
+		}
+		got, err := ParseKernelArgsConfig(b)
+		if err != nil {
+			t.Fatalf("args %q: written, but not read back: %v", args, err)
+		}
+		if strings.Join(got, "|") != s {
+			t.Fatalf("args %q read back as %q", args, got)
+		}
+		for _, a := range got {
+			if a == "--" || strings.HasPrefix(a, "liken.") || strings.HasPrefix(a, "panic=") || a == "panic" {
+				t.Fatalf("args %q: %q must be refused", args, a)
+			}
 		}
 	})
 }
