@@ -68,8 +68,9 @@ for a driver that bound the wrong device, or a machine you experiment on.
 The machine stages the reboot like any other change (phase RebootPending)
 and takes a turn under the cluster's disruption budget: it cordons and
 drains its node, reboots, and rejoins. A Manual machine waits for
-liken approve-reboot first. Asking again while a request is pending does
-nothing.`,
+liken approve-reboot first. A Degraded machine asks for no turn, so the
+request waits until what made it Degraded is fixed. Asking again while a
+request is pending does nothing.`,
 		Example: `  # Reboot node-4 of mycluster through its turn
   liken request-reboot mycluster node-4
 
@@ -272,7 +273,14 @@ func Request(ctx context.Context, c versioned.Interface, clk clock.PassiveClock,
 }
 
 func nextAfterRequest(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine) error {
-	fmt.Fprintf(out, "Next: %s stages the reboot (phase RebootPending), ", m.Name)
+	next := "Next"
+	if m.Status.Phase == v1alpha1.MachineDegraded {
+		// A Degraded machine asks for no turn: the request waits.
+		fmt.Fprintf(out, "Warning: %s is Degraded: it asks for no turn and will not reboot until the problem is fixed.\n", m.Name)
+		fmt.Fprintf(out, "  kubectl describe machine %s shows why (its conditions and events); docs/guides/troubleshoot.md says what to do.\n", m.Name)
+		next = "Once it is no longer Degraded"
+	}
+	fmt.Fprintf(out, "%s: %s stages the reboot (phase RebootPending), ", next, m.Name)
 	if m.Spec.RebootPolicy == v1alpha1.RebootAuto {
 		fmt.Fprintf(out, "then waits for a turn under the disruption budget of cluster %s.\n", cl.Name)
 	} else {

@@ -150,6 +150,17 @@ func TestRequest(t *testing.T) {
 	assert.NilError(t, Request(context.Background(), c, clk, "mycluster", "node-5", &out))
 	golden.Assert(t, out.String(), "request-auto.golden")
 
+	// A Degraded machine asks for no turn: the request waits, and the
+	// output says so and what to do.
+	n3, err := c.LikenV1alpha1().Machines().Get(context.Background(), "node-3", metav1.GetOptions{})
+	assert.NilError(t, err)
+	n3.Status.Phase = v1alpha1.MachineDegraded
+	_, err = c.LikenV1alpha1().Machines().UpdateStatus(context.Background(), n3, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	out.Reset()
+	assert.NilError(t, Request(context.Background(), c, clk, "mycluster", "node-3", &out))
+	golden.Assert(t, out.String(), "request-degraded.golden")
+
 	err = Request(context.Background(), c, clk, "other", "node-5", &out)
 	assert.ErrorContains(t, err, "machine node-5 is not in cluster other: it belongs to cluster mycluster (did you mean: liken request-reboot mycluster node-5?)")
 }
