@@ -10,7 +10,12 @@ name=${LAB_NAME:-lab}
 
 if "$liken" lab status --name "$name" >/dev/null 2>&1; then
     echo "Lab $name is already running: upgrading it again."
-    eval "$("$liken" lab status --name "$name" -o json | python3 -c 'import json,sys; print("export KUBECONFIG=" + json.load(sys.stdin)["kubeconfig"])')"
+    KUBECONFIG=$("$liken" lab status --name "$name" | sed -n 's/^Kubeconfig: *//p' | head -n 1)
+    if [ -z "$KUBECONFIG" ]; then
+        echo "liken lab status --name $name printed no Kubeconfig line; run it to see what is wrong, or stop the lab with: $liken lab down --name $name" >&2
+        exit 1
+    fi
+    export KUBECONFIG
 else
     # Auto: every machine takes its turn without waiting for approve-reboot.
     eval "$("$liken" lab up --name "$name" --reboot-policy Auto)"
