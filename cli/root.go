@@ -96,15 +96,16 @@ follows rollouts.`,
 }
 
 // Main runs liken with the process's arguments and returns its exit code:
-// 0 on success, 1 when the command failed (the error is printed to stderr).
+// 0 on success, 1 when the command failed (the error is printed to stderr),
+// 130 when Ctrl-C or SIGTERM stopped it.
 func Main() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return Run(ctx, NewRootCommand(), os.Args[1:], os.Stdout, os.Stderr)
 }
 
-// Run executes root with args and returns the exit code, printing any
-// error to stderr as "error: ...".
+// Run executes root with args and returns the exit code (0, 1, or 130 when
+// ctx was cancelled), printing any error to stderr as "error: ...".
 func Run(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)

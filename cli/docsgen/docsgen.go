@@ -104,7 +104,8 @@ that talk to a cluster take the kubeconfig options kubectl takes
 read ` + "`KUBECONFIG`" + ` the same way.
 
 Every command exits 0 when it succeeded and 1 when it did not, with a
-message on standard error that says what was wrong and what to do.
+message on standard error that says what was wrong and what to do. A
+command stopped by Ctrl-C or SIGTERM prints ` + "`error: interrupted`" + ` and exits 130.
 ` + "`liken rollout status`" + ` also exits 1 when cluster-operator halts the rollout.
 ` + "`liken completion bash|zsh|fish|powershell`" + ` prints a completion script; with it,
 cluster and machine names complete from the cluster.
