@@ -102,6 +102,16 @@ type Controller struct {
 	waitingSince map[string]map[string]*wait
 	// syncs counts the syncs, to tell which waits the last one saw.
 	syncs uint64
+	// written is, per cluster, this copy's last write of its status.
+	written map[string]written
+}
+
+// written is a write of a Cluster's status that succeeded: the
+// resourceVersion it was made against, and the Cluster the API server
+// returned.
+type written struct {
+	from    string
+	cluster *likenv1.Cluster
 }
 
 // wait is a machine seen waiting for a turn for change since a time.
@@ -123,6 +133,7 @@ func New(cfg Config) (*Controller, error) {
 		machines:     cfg.Machines.Informer().GetIndexer(),
 		nodes:        cfg.Nodes.Informer().GetIndexer(),
 		waitingSince: map[string]map[string]*wait{},
+		written:      map[string]written{},
 	}
 	c.queue = worker.New("turns", cfg.Clock, c.sync)
 	c.synced = []cache.InformerSynced{cfg.Clusters.Informer().HasSynced, cfg.Machines.Informer().HasSynced, cfg.Nodes.Informer().HasSynced}
@@ -183,11 +194,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		c.cfg.Metrics.Machines.DeletePartialMatch(map[string]string{"cluster": key})
 		c.roster.Forget(key)
 		c.forgetWaiting(key)
+		c.setWritten(key, written{})
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
+	cluster = c.latest(key, cluster)
 	machines, err := c.roster.MachinesOf(c.machines, cluster.Name)
 	if err != nil {
 		return 0, err
@@ -261,14 +274,49 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// The write carries the resourceVersion read with the cluster: if the
 	// Cluster changed since, the API server refuses it and the key is
 	// synced again from the newer version.
-	if _, err := c.cfg.Writer.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	out, err := c.cfg.Writer.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
+	c.setWritten(key, written{from: cluster.ResourceVersion, cluster: out})
 	if cluster.Status.Phase != d.Status.Phase {
 		klog.FromContext(ctx).Info("Cluster phase changed", "cluster", klog.KObj(cluster), "from", cluster.Status.Phase, "to", d.Status.Phase, "machines", d.Status.Machines)
 	}
 	c.report(ctx, cluster, machines, d, now)
 	return d.RequeueAfter, nil
+}
+
+// latest is the Cluster to decide from: cached as read from the informer,
+// unless the cache still holds the version this copy's last write
+// replaced (its own write not delivered yet), in which case it is what
+// that write returned. Deciding from the replaced version would only earn
+// a conflict, a backoff and a second decision.
+func (c *Controller) latest(key string, cached *likenv1.Cluster) *likenv1.Cluster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.written[key]
+	switch {
+	case !ok:
+		return cached
+	case cached.ResourceVersion == w.from && w.cluster != nil && w.cluster.ResourceVersion != "":
+		return w.cluster
+	default:
+		// The cache caught up with the write, or moved past it.
+		delete(c.written, key)
+		return cached
+	}
+}
+
+// setWritten records this copy's last write of cluster key's status (an
+// empty w forgets it).
+func (c *Controller) setWritten(key string, w written) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.cluster == nil {
+		delete(c.written, key)
+		return
+	}
+	c.written[key] = w
 }
 
 // trackWaiting remembers when each waiting machine was first seen waiting

@@ -419,3 +419,39 @@ func TestControllerGrantLatencyCountsFromTheCurrentChange(t *testing.T) {
 	assert.Equal(t, n, uint64(2))
 	assert.Equal(t, sum, 5.0)
 }
+
+// A sync that comes before this copy's own last write reached the cache
+// decides from what that write returned, not from the version it
+// replaced: no conflict, no backoff.
+func TestControllerDecidesFromItsOwnWriteBeforeTheCacheHasIt(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("1")),
+		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "a")
+
+	// a takes its turn and finishes before the cache shows the grant.
+	f.setMachine(tu.Machine("a", tu.FinishedOn(tu.Version2)))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "b")
+	assert.Equal(t, c.ResourceVersion, "3")
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.TurnsEnded.WithLabelValues("lab", "Finished")), 1.0)
+
+	// Another writer changes the Cluster after that: the write from the
+	// stale view is refused, as always.
+	other := f.stored("lab")
+	other.Status.Releases.Available = tu.Version2
+	_, err = f.client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), other, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	f.setMachine(tu.Machine("b", tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.Assert(t, apierrors.IsConflict(errors.Unwrap(err)), "%v", err)
+
+	// Once the cache has the newer version, the decision goes through.
+	f.refresh("lab")
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Releases.Available, tu.Version2)
+}
