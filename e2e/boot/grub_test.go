@@ -27,6 +27,28 @@ func TestGrubScriptCheck(t *testing.T) {
 	assert.NilError(t, err, "grub-script-check: %s", out)
 }
 
+// TestGrubScriptCheckKernelArgs: GRUB's own parser accepts the arguments
+// file the applier writes, with every character an argument may hold, and
+// refuses it cut short (which grub.cfg then ignores).
+func TestGrubScriptCheckKernelArgs(t *testing.T) {
+	t.Parallel()
+	k := kit(t)
+	staged := stagedArgsFile(t, []string{"mitigations=off", "likentest.punct=!#$%&()+,-./:;<=>@^_`{|}~", "x=${prefix}"})
+	check := func(b []byte) error {
+		f := filepath.Join(t.TempDir(), "liken-args.cfg")
+		assert.NilError(t, os.WriteFile(f, b, 0o644))
+		cmd := exec.Command(k.Tool("grub-script-check"), f)
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+k.LibraryPath())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	assert.NilError(t, check(staged))
+	assert.Assert(t, check(staged[:len(staged)-3]) != nil, "a file cut short must not parse")
+}
+
 // TestEditenvAgrees compares the Go codec with GRUB's grub-editenv (the
 // same envblk code as GRUB's load_env and save_env) on blocks with random
 // damage: what each lists, and the bytes each writes for set and unset.
