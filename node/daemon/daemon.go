@@ -101,6 +101,12 @@ type Daemon struct {
 	statusWrittenInBoot bool
 	lastProgressWrite   time.Time
 	lastStatusErr       error
+	// written is the Machine as the last status write returned it, and
+	// replaced the resourceVersions it (and the writes before it)
+	// replaced: while the informer still shows one of those, written is
+	// the newer copy.
+	written  *likenv1.Machine
+	replaced map[string]bool
 
 	// lease is the heartbeat Lease as the last renewal returned it; only
 	// the heartbeat goroutine uses it.

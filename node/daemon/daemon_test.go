@@ -16,6 +16,7 @@ import (
 	"gotest.tools/v3/poll"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,10 +49,14 @@ type env struct {
 	m      *daemontest.Machine
 	digest map[string]string
 
-	mu       sync.Mutex
-	refuse   map[string]bool
-	evicted  []string
-	nodeDown bool
+	mu     sync.Mutex
+	refuse map[string]bool
+	// version numbers the Machine's status versions; conflicts and
+	// unchanged count the status writes refused for a stale
+	// resourceVersion and those that changed nothing.
+	version, conflicts, unchanged int
+	evicted                       []string
+	nodeDown                      bool
 }
 
 func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
@@ -97,9 +102,27 @@ func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
 			return true, nil, err
 		}
 		out := cur.(*likenv1.Machine).DeepCopy()
+		if in.ResourceVersion != out.ResourceVersion {
+			e.mu.Lock()
+			e.conflicts++
+			e.mu.Unlock()
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), in.Name, fmt.Errorf("resourceVersion %q is not the stored %q", in.ResourceVersion, out.ResourceVersion))
+		}
 		if out.Status, err = stored(in.Status); err != nil {
 			return true, nil, err
 		}
+		if equality.Semantic.DeepEqual(out.Status, cur.(*likenv1.Machine).Status) {
+			// Like the API server, an update that changes nothing stores
+			// nothing and keeps the resourceVersion.
+			e.mu.Lock()
+			e.unchanged++
+			e.mu.Unlock()
+			return true, out, nil
+		}
+		e.mu.Lock()
+		e.version++
+		out.ResourceVersion = fmt.Sprintf("s%d", e.version)
+		e.mu.Unlock()
 		return true, out, e.lk.Tracker().Update(gvr, out, "")
 	})
 	e.kube = kubefake.NewClientset(node)

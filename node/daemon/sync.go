@@ -95,6 +95,7 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	m = d.latest(m)
 	c, err := d.clusters.Get(m.Spec.Cluster)
 	if apierrors.IsNotFound(err) {
 		log.Info("Cluster does not exist yet; waiting for it", "cluster", m.Spec.Cluster)
