@@ -60,6 +60,13 @@ type Options struct {
 	// Machines are the machine names that get an identity
 	// (system:node:<name> in group system:nodes) and a kubeconfig.
 	Machines []string
+	// NodeRestriction runs the API server with the NodeRestriction admission
+	// plugin, as production requires: a machine may then change only its own
+	// Node and evict only the pods bound to it. The plugin also lets a machine
+	// write no Lease but kube-node-lease/<name>, which refuses the heartbeat
+	// Lease liken-system/<name>; until the heartbeat moves, the lab and the
+	// tests that run liken-node leave it off.
+	NodeRestriction bool
 	// Detach starts the processes in their own session, so they outlive the
 	// process that started them (the lab). Tests leave it false.
 	Detach bool
@@ -190,7 +197,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	); err != nil {
 		return nil, err
 	}
-	if err := cp.start("kube-apiserver", "kube-apiserver",
+	apiserverArgs := []string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
@@ -207,7 +214,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--allow-privileged",
 		"--v", "1",
-	); err != nil {
+	}
+	if opts.NodeRestriction {
+		apiserverArgs = append(apiserverArgs, "--enable-admission-plugins", "NodeRestriction")
+	}
+	if err := cp.start("kube-apiserver", "kube-apiserver", apiserverArgs...); err != nil {
 		return nil, err
 	}
 
