@@ -154,8 +154,31 @@ func sourceTree() string {
 	}
 }
 
+// startupGraceEnv sets the startup grace (--startup-grace) of the lab's
+// cluster-operator copies; unset, they keep cluster-operator's default
+// (40 s). Tests that run many short-lived labs set it.
+const startupGraceEnv = "LIKEN_LAB_STARTUP_GRACE"
+
+// startupGraceArgs are the cluster-operator flags that carry
+// $LIKEN_LAB_STARTUP_GRACE; none when it is unset or empty.
+func startupGraceArgs() ([]string, error) {
+	v := os.Getenv(startupGraceEnv)
+	if v == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return nil, fmt.Errorf("%s=%q is not a duration: set it to one such as 5s (how long a new cluster-operator leader grants no turn), or unset it for cluster-operator's default", startupGraceEnv, v)
+	}
+	return []string{"--startup-grace=" + d.String()}, nil
+}
+
 func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	if err := o.validate(); err != nil {
+		return err
+	}
+	graceArgs, err := startupGraceArgs()
+	if err != nil {
 		return err
 	}
 	dir, err := Dir(o.name)
@@ -281,9 +304,10 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 
 	for i := 1; i <= o.operators; i++ {
 		n := fmt.Sprintf("cluster-operator-%d", i)
-		sup, err := controlplane.StartProcess(bins.liken, []string{"lab", "operator", "--lab-dir", dir, "--name", n, "--",
+		args := append([]string{"lab", "operator", "--lab-dir", dir, "--name", n, "--",
 			bins.operator, "--kubeconfig", cp.OperatorKubeconfig, "--identity", o.name + "-" + n, "--metrics-bind-address", "127.0.0.1:0",
-		}, filepath.Join(dir, n+".log"), true)
+		}, graceArgs...)
+		sup, err := controlplane.StartProcess(bins.liken, args, filepath.Join(dir, n+".log"), true)
 		if err != nil {
 			return err
 		}
@@ -306,6 +330,9 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		return err
 	}
 	step("%d cluster-operator copies and %d machines started", o.operators, o.machines)
+	if len(graceArgs) > 0 {
+		step("cluster-operator runs with %s (from %s)", graceArgs[0], startupGraceEnv)
+	}
 
 	if err := waitClusterReady(ctx, st, o.timeout); err != nil {
 		return err
