@@ -401,6 +401,27 @@ func TestMachineNodeScope(t *testing.T) {
 		}, metav1.CreateOptions{})
 		assert.NilError(t, err)
 	}
+	// kwok runs as the admin, so NodeRestriction leaves its simulated
+	// kubelets alone: the Nodes go Ready and the pods run.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, node := range []string{"node-1", "node-2"} {
+			n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return poll.Continue("Node %s: %v", node, err)
+			}
+			if !nodeIsReady(n) {
+				return poll.Continue("Node %s is not Ready: %v", node, n.Status.Conditions)
+			}
+			p, err := kube.CoreV1().Pods(ns).Get(ctx, "on-"+node, metav1.GetOptions{})
+			if err != nil {
+				return poll.Continue("pod on-%s: %v", node, err)
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				return poll.Continue("pod on-%s is %s", node, p.Status.Phase)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(60*time.Second), poll.WithDelay(200*time.Millisecond))
 
 	cases := []struct {
 		name string
@@ -468,6 +489,15 @@ func twoNodes(t *testing.T, cp *controlplane.ControlPlane) kubernetes.Interface 
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
 	assert.NilError(t, err)
 	return kube
+}
+
+func nodeIsReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // cordon patches a Node as liken-node does when it cordons it.
