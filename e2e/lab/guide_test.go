@@ -21,7 +21,8 @@ import (
 // leaders first; the Cluster goes Updating, then Ready; the wide listing
 // names the turn holder.
 func TestUpgradeGuide(t *testing.T) {
-	l := startLab(t, "e2e-guide", labOptions{policy: "Auto"})
+	// The user's path: cluster-operator keeps its 40 s startup grace.
+	l := startLab(t, "e2e-guide", labOptions{policy: "Auto", realGrace: true})
 	from := l.cluster().Spec.Version
 	names := machineNames(l)
 	// liken lab status names each machine's own identity.

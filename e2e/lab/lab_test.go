@@ -37,6 +37,15 @@ const commandTimeout = 3 * time.Minute
 // scenario may start.
 const minTimeLeft = 6 * time.Minute
 
+// startupGraceEnv sets the startup grace of a lab's cluster-operator
+// copies (read by liken lab up).
+const startupGraceEnv = "LIKEN_LAB_STARTUP_GRACE"
+
+// testGrace is the startup grace of cluster-operator in the labs of the
+// scenarios that do not keep its real default: each scenario runs a new
+// lab, and 40 s of waiting for the first grant in each adds up.
+const testGrace = 5 * time.Second
+
 // labStatus is the JSON of `liken lab status -o json`.
 type labStatus struct {
 	Name       string `json:"name"`
@@ -79,6 +88,9 @@ type labOptions struct {
 	policy string
 	// env is added to the environment of every liken command.
 	env []string
+	// realGrace keeps cluster-operator's default startup grace (40 s), as
+	// a user's lab has it; otherwise its copies run with testGrace.
+	realGrace bool
 }
 
 // binDir is $LIKEN_BIN, or _output/bin of the source tree.
@@ -115,7 +127,15 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 		assert.NilError(t, err, "the lab needs %s: run make build (or set LIKEN_BIN)", b)
 	}
 	l := &lab{t: t, name: name, bin: bin}
-	l.env = append(os.Environ(), "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, startupGraceEnv+"=") {
+			l.env = append(l.env, kv)
+		}
+	}
+	l.env = append(l.env, "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin)
+	if !o.realGrace {
+		l.env = append(l.env, startupGraceEnv+"="+testGrace.String())
+	}
 	l.env = append(l.env, o.env...)
 	start := time.Now()
 	t.Cleanup(func() {
@@ -157,7 +177,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 
 	assert.NilError(t, json.Unmarshal([]byte(l.mustLiken("lab", "status", "--name", name, "-o", "json")), &l.st))
 	assert.Equal(t, l.st.Kubeconfig, m[1], "lab status and lab up name different kubeconfigs")
-	l.checkStatus()
+	l.checkStatus(o.realGrace)
 	cfg, err := clientcmd.BuildConfigFromFlags("", l.st.Kubeconfig)
 	assert.NilError(t, err)
 	l.client, err = versioned.NewForConfig(cfg)
@@ -185,11 +205,31 @@ func startWithBadTarget(t *testing.T, name, fault string) (*lab, string, likenv1
 
 // checkStatus checks what liken lab status -o json must say: the admin
 // kubeconfig, the channel URL, every process with its kind, name and pid,
-// and every machine with its own kubeconfig.
-func (l *lab) checkStatus() {
+// and every machine with its own kubeconfig. Each cluster-operator process
+// runs with the startup grace the scenario asked for.
+func (l *lab) checkStatus(realGrace bool) {
 	t := l.t
 	t.Helper()
 	st := l.st
+	for _, p := range st.Processes {
+		if p.Kind != "operator" {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+		assert.NilError(t, err, "operator %s", p.Name)
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		want := []string{"--startup-grace=" + testGrace.String()}
+		if realGrace {
+			want = nil
+		}
+		var got []string
+		for _, a := range args {
+			if strings.HasPrefix(a, "--startup-grace") {
+				got = append(got, a)
+			}
+		}
+		assert.DeepEqual(t, got, want)
+	}
 	assert.Assert(t, strings.HasPrefix(st.Channel, "http://") || strings.HasPrefix(st.Channel, "https://"), "channel %q", st.Channel)
 	_, err := os.Stat(st.Kubeconfig)
 	assert.NilError(t, err)
