@@ -18,7 +18,9 @@ import (
 // rejoins: each time the first machine to try returns to its proven slot
 // on its own, reports TrialFailed, the rollout halts, and no other
 // machine takes the bad release. A new spec.version lifts a halt, and a
-// return to the panicking release halts again.
+// return to the panicking release halts again. liken rollout resume lets
+// the fleet try the release once more: that trial fails too and holds the
+// release back again, so nothing reboots into it a second time.
 func TestFailedTrialsHaltTheRollout(t *testing.T) {
 	l, good, panicking, from := startWithBadTarget(t, "e2e-faults", "panic")
 	failed, took := l.waitTrialFailed(panicking.Version, time.Time{}, 3*time.Minute)
@@ -49,7 +51,62 @@ func TestFailedTrialsHaltTheRollout(t *testing.T) {
 	failed, took = l.waitTrialFailed(panicking.Version, back, 3*time.Minute)
 	l.checkTrialFailed(from, failed, good, panicking.Version)
 	t.Logf("panic release again: %s tried it, halted %s after spec.version changed", failed, took.Round(100*time.Millisecond))
+
+	// liken rollout resume: the fleet may try the release again. One
+	// machine does, fails the same way, and the release is held back
+	// again: the rollout halts on it, it asks for no turn, the others wait
+	// behind the halt, and nothing reboots into the release again.
+	resumed, resumeAt := l.w.settle(t), time.Now()
+	out = l.mustLiken("rollout", "resume", l.name)
+	t.Logf("liken rollout resume %s:\n%s", l.name, out)
+	assert.Assert(t, is.Contains(out, fmt.Sprintf("resume the rollout of cluster %s (halted: TrialFailed on %s)", l.name, failed)))
+	retried, took := l.waitTrialFailed(panicking.Version, resumeAt, 3*time.Minute)
+	l.waitFor("the release to be held back after the resumed trial failed", 2*time.Minute, func() (bool, string) {
+		c := l.cluster()
+		if h := c.Status.Halt; h == nil || h.Machine != retried || h.Reason != likenv1.ReasonTrialFailed || c.Status.Turns != "" {
+			return false, fmt.Sprintf("halt %+v, turns %q", h, c.Status.Turns)
+		}
+		var not []string
+		for _, m := range l.machines() {
+			tf := condition(m.Status.Conditions, likenv1.ConditionTrialFailed)
+			switch {
+			case m.Name == retried && (tf.Status != metav1.ConditionTrue || m.Status.Change != ""):
+				not = append(not, fmt.Sprintf("%s %s TrialFailed=%s change %q", m.Name, m.Status.Phase, tf.Status, m.Status.Change))
+			case m.Name != retried && (m.Status.Phase != likenv1.MachineUpdatePending || m.Status.Staged != panicking.Version):
+				not = append(not, fmt.Sprintf("%s %s staged %q", m.Name, m.Status.Phase, m.Status.Staged))
+			}
+		}
+		return len(not) == 0, strings.Join(not, ", ")
+	})
+	out, err = l.liken("rollout", "status", l.name)
+	assert.Assert(t, err != nil, "liken rollout status succeeded on a halted rollout:\n%s", out)
+	assert.Assert(t, is.Contains(out, "halted (TrialFailed on "+retried+")"))
+	l.checkTrialFailed(resumed, retried, good, panicking.Version)
+	trials := map[string]int{}
+	for _, n := range machineNames(l) {
+		if k := len(l.firmwareLinesSince(n, "(one-time trial)", resumeAt)); k > 0 {
+			trials[n] = k
+		}
+	}
+	assert.DeepEqual(t, trials, map[string]int{retried: 1})
+	t.Logf("resumed: %s tried %s again, halted %s after the resume; trial boots since: %v", retried, panicking.Version, took.Round(100*time.Millisecond), trials)
 	l.checkBootedAndStaged()
+}
+
+// firmwareLinesSince are the firmware's lines of a machine's log that
+// contain s, logged at or after since (the log has whole seconds).
+func (l *lab) firmwareLinesSince(name, s string, since time.Time) []string {
+	l.t.Helper()
+	var out []string
+	for _, line := range l.firmwareLines(name, s) {
+		stamp, _, _ := strings.Cut(line, " ")
+		at, err := time.Parse(time.RFC3339, stamp)
+		assert.NilError(l.t, err, "machine %s's log line %q has no time", name, line)
+		if !at.Before(since.Truncate(time.Second)) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // A release whose served image does not match its release document is
