@@ -5,7 +5,9 @@
 //
 // The binaries come from $LIKEN_BIN (default: _output/bin of the source
 // tree; build them with make build). Each scenario runs its own lab, one
-// after another.
+// after another. Their cluster-operator copies wait 5 s before the first
+// grant (LIKEN_LAB_STARTUP_GRACE) instead of 40 s; the upgrade guide, the
+// user's path, keeps the 40 s.
 package lab
 
 import (
