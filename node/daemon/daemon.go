@@ -13,6 +13,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -68,6 +69,7 @@ type Daemon struct {
 	clusters likenlisters.ClusterLister
 	nodes    corelisters.NodeLister
 
+	sink *sentSink
 	stop context.CancelCauseFunc
 	wg   sync.WaitGroup
 
@@ -173,7 +175,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.o.Kube.EventsV1()})
+	d.sink = &sentSink{EventSink: &events.EventSinkImpl{Interface: d.o.Kube.EventsV1()}}
+	broadcaster := events.NewBroadcaster(d.sink)
 	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
 		return fmt.Errorf("starting the event recorder: %w", err)
 	}
@@ -372,6 +375,75 @@ func (d *Daemon) renewLease(ctx context.Context) error {
 			d.lease = l
 		}
 		return err
+	}
+}
+
+// sentSink writes events to the API server and tells when one of a given
+// reason was sent. Events are sent in the background; before a turn's
+// reboot the daemon waits for the turn's last ones, which would otherwise
+// be lost when the machine reboots at once.
+type sentSink struct {
+	events.EventSink
+	mu      sync.Mutex
+	waiting map[string]chan struct{}
+}
+
+// expect returns a channel closed when the next event of reason has been
+// sent, or refused. Call it before recording the event.
+func (s *sentSink) expect(reason string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting == nil {
+		s.waiting = map[string]chan struct{}{}
+	}
+	ch, ok := s.waiting[reason]
+	if !ok {
+		ch = make(chan struct{})
+		s.waiting[reason] = ch
+	}
+	return ch
+}
+
+func (s *sentSink) sent(ev *eventsv1.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.waiting[ev.Reason]; ok {
+		close(ch)
+		delete(s.waiting, ev.Reason)
+	}
+}
+
+// Create sends a new event.
+func (s *sentSink) Create(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
+	defer s.sent(ev)
+	return s.EventSink.Create(ctx, ev)
+}
+
+// Update sends an event again.
+func (s *sentSink) Update(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
+	defer s.sent(ev)
+	return s.EventSink.Update(ctx, ev)
+}
+
+// Patch sends a repeated event's new count.
+func (s *sentSink) Patch(ctx context.Context, old *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	defer s.sent(old)
+	return s.EventSink.Patch(ctx, old, data)
+}
+
+// awaitSent waits until every channel in sent is closed, for at most
+// Timing.EventFlush in all.
+func (d *Daemon) awaitSent(ctx context.Context, sent ...<-chan struct{}) {
+	timeout := d.clock.After(d.t.EventFlush)
+	for _, ch := range sent {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-timeout:
+			klog.FromContext(ctx).Info("The turn's last events may not reach the API server before the reboot", "waited", d.t.EventFlush)
+			return
+		}
 	}
 }
 

@@ -159,6 +159,9 @@ type Timing struct {
 	EvictRetryMin, EvictRetryMax time.Duration
 	// APIRetry paces retries of API calls the turn depends on (2s).
 	APIRetry time.Duration
+	// EventFlush bounds how long a turn's reboot waits for its Rebooting
+	// event to reach the API server (2s).
+	EventFlush time.Duration
 }
 
 func (t *Timing) defaults() {
@@ -177,6 +180,7 @@ func (t *Timing) defaults() {
 	set(&t.EvictRetryMin, time.Second)
 	set(&t.EvictRetryMax, 30*time.Second)
 	set(&t.APIRetry, 2*time.Second)
+	set(&t.EventFlush, 2*time.Second)
 }
 
 // Options configure a Daemon.

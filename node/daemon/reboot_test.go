@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,10 +11,14 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -119,4 +124,40 @@ func TestTrialTimeoutRebootsPromptly(t *testing.T) {
 	took := time.Since(rb.when())
 	t.Logf("Run returned %s after the reboot was asked for", took)
 	assert.Assert(t, took < time.Second, "Run returned %s after the reboot was asked for: it waited for the informers", took)
+}
+
+// TestEventsBeforeTheRebootAreSent: the API server takes 20 ms to write
+// each event; the events of the turn's last steps (Drained, TrialArmed,
+// Rebooting) are written by the time the daemon stops for the reboot. After
+// that, liken-node has exited (or the machine is down): an event still on
+// its way is lost.
+func TestEventsBeforeTheRebootAreSent(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	var mu sync.Mutex
+	var written []string
+	stopped := false
+	e.kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		<-time.After(20 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return true, nil, errors.New("connection refused: liken-node has exited")
+		}
+		written = append(written, a.(k8stesting.CreateAction).GetObject().(*eventsv1.Event).Reason)
+		return false, nil, nil
+	})
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	o := e.options()
+	o.Rebooter = &timedRebooter{} // reboots at once, without a sync
+	r := e.m.Start(t, o)
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.grant()
+	waitExit(t, r)
+	mu.Lock()
+	stopped = true
+	got := append([]string(nil), written...)
+	mu.Unlock()
+	for _, reason := range []string{daemon.ReasonDrained, daemon.ReasonTrialArmed, daemon.ReasonRebooting} {
+		assert.Check(t, is.Contains(got, reason), "events written when the daemon stopped for the reboot: %v", got)
+	}
 }

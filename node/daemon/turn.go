@@ -201,7 +201,9 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 	}
 	d.mu.Lock()
 	d.drainBlocked = nil
+	var sent []<-chan struct{}
 	if !h.aborted {
+		sent = append(sent, d.sink.expect(ReasonDrained))
 		d.event(m, c, "Normal", ReasonDrained, "Drain", "Node %s drained", d.o.Machine)
 	}
 	d.mu.Unlock()
@@ -263,6 +265,7 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 			log.Error(err, "Arming the trial failed; not rebooting")
 			return
 		}
+		sent = append(sent, d.sink.expect(ReasonTrialArmed))
 		d.event(m, c, "Normal", ReasonTrialArmed, "ArmTrial", "Slot %s re-checked against release %s; the next boot tries it once", h.slot, h.release.Version)
 	}
 	if err := d.update(func(st *diskState) {
@@ -277,8 +280,12 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 	if trial {
 		what = fmt.Sprintf("into a trial of release %s in slot %s", h.release.Version, h.slot)
 	}
+	sent = append(sent, d.sink.expect(ReasonRebooting))
 	d.event(m, c, "Normal", ReasonRebooting, "Reboot", "Rebooting %s for change %s", what, h.change)
 	d.mu.Unlock()
+	// Events are sent in the background: let the turn's last ones reach
+	// the API server before the machine goes down.
+	d.awaitSent(ctx, sent...)
 	log.Info("Rebooting", "trial", trial)
 	if err := d.reboot(ctx); err != nil {
 		log.Error(err, "The reboot failed; trying again")
