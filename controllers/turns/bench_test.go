@@ -73,7 +73,7 @@ func BenchmarkDecide(b *testing.B) {
 			slices.SortFunc(machines, func(a, b *likenv1.Machine) int { return strings.Compare(a.Name, b.Name) })
 			byName := map[string]Node{}
 			for _, n := range nodes {
-				byName[n.Name] = Node{State: fleet.NodeReady, Unschedulable: n.Spec.Unschedulable}
+				byName[n.Name] = Node{State: fleet.NodeReady, CordonedByLiken: fleet.CordonedByLiken(n)}
 			}
 			in := input(c, machines, byName)
 			b.ReportAllocs()

@@ -220,7 +220,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		if nodes == nil {
 			nodes = make(map[string]Node, len(machines))
 		}
-		nodes[m.Name] = Node{State: fleet.StateOf(n), Unschedulable: n.Spec.Unschedulable}
+		nodes[m.Name] = Node{State: fleet.StateOf(n), CordonedByLiken: fleet.CordonedByLiken(n)}
 	}
 	now := c.cfg.Clock.Now()
 	var silent map[string]bool

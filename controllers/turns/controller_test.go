@@ -10,6 +10,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -454,4 +455,31 @@ func TestControllerDecidesFromItsOwnWriteBeforeTheCacheHasIt(t *testing.T) {
 	_, err = f.ctrl.Sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Releases.Available, tu.Version2)
+}
+
+// A cordon a person set is not liken's: the machine leaves it in place, so
+// it must not hold the turn (a turn that never ends would stall the whole
+// rollout). liken's own cordon still does, until the machine lifts it.
+func TestControllerTurnEndsOnANodeAPersonCordoned(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		node     func(*corev1.Node)
+		finished bool
+	}{
+		{name: "cordoned by a person", node: tu.CordonedByPerson, finished: true},
+		{name: "cordoned by liken", node: tu.Cordoned, finished: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t,
+				tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(
+					tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Minute)))),
+				tu.Machine("a", tu.FinishedOn(tu.Version2)),
+				tu.Node("a", true, tc.node))
+			_, err := f.ctrl.Sync(context.Background(), "lab")
+			assert.NilError(t, err)
+			c := f.stored("lab")
+			assert.Equal(t, len(c.Status.RebootTurns) == 0, tc.finished, "ledger: %v", c.Status.RebootTurns)
+			assert.Equal(t, strings.Contains(strings.Join(f.events(), "\n"), "Normal TurnFinished"), tc.finished)
+		})
+	}
 }

@@ -17,8 +17,11 @@ import (
 type Node struct {
 	// State is Ready, NotReady or Missing.
 	State fleet.NodeState
-	// Unschedulable is the Node's spec.unschedulable (cordoned).
-	Unschedulable bool
+	// CordonedByLiken: the Node is cordoned and carries the annotation
+	// liken.sh/cordoned, so liken cordoned it for a turn and the machine
+	// uncordons it before the turn ends. A cordon a person set is not
+	// liken's: the machine leaves it in place and it does not hold a turn.
+	CordonedByLiken bool
 }
 
 // Input is everything one decision reads. Nothing in it is changed.
@@ -295,7 +298,7 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool)
 					"No machine gets a Release turn until spec.version changes or a person resumes the rollout (liken rollout resume, or a new value of annotation %s on the Cluster).",
 				m.Name, tf.Reason, tf.Message, likenv1.AnnotationResumeRollout)}, true
 		}
-		if m.Status.Phase == likenv1.MachineReady && !node.Unschedulable {
+		if m.Status.Phase == likenv1.MachineReady && !node.CordonedByLiken {
 			return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
 				"Machine %s finished its %s turn: Ready on %s from a new boot", m.Name, t.Reason, m.Status.Version)}, true
 		}
@@ -304,7 +307,7 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool)
 		// new change asks for a turn of its own.
 		switch m.Status.Phase {
 		case likenv1.MachineDownloading, likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
-			if m.Status.Change != t.Change && !node.Unschedulable {
+			if m.Status.Change != t.Change && !node.CordonedByLiken {
 				return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
 					"Machine %s finished its %s turn: it is back from a new boot on %s and now has another change staged", m.Name, t.Reason, m.Status.Version)}, true
 			}

@@ -231,3 +231,11 @@ func SetCondition(conds *[]metav1.Condition, cond metav1.Condition, now time.Tim
 	meta.SetStatusCondition(conds, cond)
 	slices.SortFunc(*conds, func(a, b metav1.Condition) int { return strings.Compare(a.Type, b.Type) })
 }
+
+// CordonedByLiken is true for a Node that liken cordoned for a turn: it is
+// unschedulable and carries the annotation liken.sh/cordoned. A Node a
+// person cordoned is left cordoned by liken and does not count.
+func CordonedByLiken(n *corev1.Node) bool {
+	_, ours := n.Annotations[likenv1.AnnotationCordoned]
+	return n.Spec.Unschedulable && ours
+}

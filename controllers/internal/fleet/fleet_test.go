@@ -115,3 +115,22 @@ func TestSmallFacts(t *testing.T) {
 	assert.Assert(t, !Approved(m, "y"))
 	assert.Assert(t, !Approved(&likenv1.Machine{}, ""), "an empty change is never approved")
 }
+
+func TestCordonedByLiken(t *testing.T) {
+	for name, tc := range map[string]struct {
+		unschedulable bool
+		annotated     bool
+		want          bool
+	}{
+		"liken's cordon":              {true, true, true},
+		"a person's cordon":           {true, false, false},
+		"uncordoned":                  {false, false, false},
+		"uncordoned, annotation left": {false, true, false},
+	} {
+		n := &corev1.Node{Spec: corev1.NodeSpec{Unschedulable: tc.unschedulable}}
+		if tc.annotated {
+			n.Annotations = map[string]string{likenv1.AnnotationCordoned: "change-1"}
+		}
+		assert.Equal(t, CordonedByLiken(n), tc.want, name)
+	}
+}

@@ -182,8 +182,19 @@ func Node(name string, ready bool, opts ...func(*corev1.Node)) *corev1.Node {
 	return n
 }
 
-// Cordoned marks the Node unschedulable.
-func Cordoned(n *corev1.Node) { n.Spec.Unschedulable = true }
+// Cordoned marks the Node cordoned by liken for a turn (unschedulable,
+// with the annotation liken.sh/cordoned).
+func Cordoned(n *corev1.Node) {
+	n.Spec.Unschedulable = true
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[likenv1.AnnotationCordoned] = "change-1"
+}
+
+// CordonedByPerson marks the Node unschedulable without liken's
+// annotation, as kubectl cordon does.
+func CordonedByPerson(n *corev1.Node) { n.Spec.Unschedulable = true }
 
 // Tracker is what OptimisticUpdates needs of a fake clientset.
 type Tracker interface {
