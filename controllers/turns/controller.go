@@ -250,6 +250,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	decided := !equality.Semantic.DeepEqual(cluster.Status, d.Status)
 	Columns(&d.Status, cluster, machines, now)
 	if !decided && equality.Semantic.DeepEqual(cluster.Status, d.Status) {
+		c.showHalt(cluster.Name, d.Status.Halt)
 		return d.RequeueAfter, nil
 	}
 	what := "updating the columns of cluster " + cluster.Name
@@ -282,8 +283,22 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if cluster.Status.Phase != d.Status.Phase {
 		klog.FromContext(ctx).Info("Cluster phase changed", "cluster", klog.KObj(cluster), "from", cluster.Status.Phase, "to", d.Status.Phase, "machines", d.Status.Machines)
 	}
+	c.showHalt(cluster.Name, d.Status.Halt)
 	c.report(ctx, cluster, machines, d, now)
 	return d.RequeueAfter, nil
+}
+
+// showHalt sets the rollout-halted metric from the halt the API server
+// holds, at every sync: a copy that has just become the leader reports a
+// halt that an earlier copy wrote.
+func (c *Controller) showHalt(cluster string, halt *likenv1.RolloutHalt) {
+	for _, reason := range []string{likenv1.ReasonRolloutStalled, likenv1.ReasonTrialFailed} {
+		v := 0.0
+		if halt != nil && halt.Reason == reason {
+			v = 1
+		}
+		c.cfg.Metrics.RolloutHalted.WithLabelValues(cluster, reason).Set(v)
+	}
 }
 
 // latest is the Cluster to decide from: cached as read from the informer,
@@ -402,13 +417,11 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		}
 	}
 	if d.Lifted != nil {
-		c.cfg.Metrics.RolloutHalted.WithLabelValues(cluster.Name, d.Lifted.Reason).Set(0)
 		note := fmt.Sprintf("Lifted the %s halt (machine %s): %s", d.Lifted.Reason, d.Lifted.Machine, d.LiftedBecause)
 		logger.Info("Rollout resumed", "cluster", klog.KObj(cluster), "reason", d.Lifted.Reason, "because", d.LiftedBecause)
 		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventRolloutResumed, "Resume", "%s", note)
 	}
 	if d.Halted != nil {
-		c.cfg.Metrics.RolloutHalted.WithLabelValues(cluster.Name, d.Halted.Reason).Set(1)
 		logger.Info("Rollout halted", "cluster", klog.KObj(cluster), "reason", d.Halted.Reason, "machine", d.Halted.Machine)
 		if d.Halted.Reason == likenv1.ReasonRolloutStalled {
 			event(d.Halted.Machine, corev1.EventTypeWarning, EventRolloutStalled, "Halt", d.Halted.Message)

@@ -483,3 +483,29 @@ func TestControllerTurnEndsOnANodeAPersonCordoned(t *testing.T) {
 		})
 	}
 }
+
+// A copy that becomes the leader finds a halt an earlier copy wrote: its
+// metric must say so at once (an alert on it must not clear at a
+// failover), and go back to 0 when the halt is lifted.
+func TestControllerHaltMetricAfterFailover(t *testing.T) {
+	halted := tu.Cluster("lab", tu.TargetVersion(tu.Version2))
+	halted.Status.Halt = &likenv1.RolloutHalt{Reason: likenv1.ReasonTrialFailed, Machine: "a", Version: tu.Version2,
+		Since: metav1.NewTime(after.Add(-time.Hour))}
+	f := newFixture(t, halted, tu.Machine("a", tu.WantsRelease, tu.TrialFailed), tu.Machine("b", tu.WantsRelease))
+	gauge := func(reason string) float64 {
+		return promtestutil.ToFloat64(f.metrics.RolloutHalted.WithLabelValues("lab", reason))
+	}
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, gauge(likenv1.ReasonTrialFailed), 1.0)
+	assert.Equal(t, gauge(likenv1.ReasonRolloutStalled), 0.0)
+
+	f.refresh("lab")
+	c := f.stored("lab")
+	c.Spec.Version = tu.Version1 // a new spec.version lifts the halt
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Assert(t, f.stored("lab").Status.Halt == nil)
+	assert.Equal(t, gauge(likenv1.ReasonTrialFailed), 0.0)
+}
