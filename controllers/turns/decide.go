@@ -272,6 +272,7 @@ func Decide(in Input) Decision {
 			}
 		}
 		cond.Message = grantingMessage(st.RebootTurns, down, d.Waiting, inLedger, maxUnavailable)
+		cond.Message += leadersFirstMessage(in.Machines, d.Waiting, inLedger, c.Spec.Version)
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonIdle
 		cond.Message = "No machine holds or waits for a reboot turn."
@@ -402,6 +403,42 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) 
 		"No machine gets a turn until a person examines it: granting resumes by itself when it comes back or its Machine is deleted; "+
 		"to release its turn and resume now, run `liken rollout resume %s` (or set annotation %s on the Cluster to a new value).",
 		t.Machine, t.Reason, t.GrantedAt.UTC().Format(time.RFC3339), timeout, cluster, likenv1.AnnotationResumeRollout)
+}
+
+// leadersFirstMessage explains why workers that wait for a Release turn
+// get none: every leader updates first. It names the leaders not yet on
+// version and what each of them waits for; it is empty when no worker
+// waits for that reason.
+func leadersFirstMessage(machines, waiting []*likenv1.Machine, inLedger func(string) bool, version string) string {
+	workerWaits := false
+	for _, m := range waiting {
+		if !fleet.IsLeader(m) && !inLedger(m.Name) && reasonFor(m) == likenv1.TurnRelease {
+			workerWaits = true
+			break
+		}
+	}
+	if !workerWaits {
+		return ""
+	}
+	var behind nameList
+	for _, m := range machines {
+		if !fleet.IsLeader(m) || m.Status.Version == version {
+			continue
+		}
+		phase := string(m.Status.Phase)
+		if phase == "" {
+			phase = "no status yet"
+		}
+		note := phase
+		if fleet.IsManual(m) && m.Status.Change != "" && !fleet.Approved(m, m.Status.Change) && !inLedger(m.Name) {
+			note += ", waits for `liken approve-reboot " + m.Name + "`"
+		}
+		behind.add(m.Name + " (" + note + ")")
+	}
+	if behind.n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" Workers update to %s after every leader runs it; leaders not on it yet: %s.", version, behind)
 }
 
 func grantingMessage(turns []likenv1.RebootTurn, down nameList, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {

@@ -548,3 +548,29 @@ func TestGrantingMessage(t *testing.T) {
 	assert.Equal(t, cond.Message, "Holding a turn: a (maxUnavailable 1). Waiting for a turn: b.")
 	assert.Assert(t, !strings.Contains(cond.Message, "  "))
 }
+
+// Workers waiting behind a leader must be told which leader and why, or a
+// person reading "Waiting for a turn" cannot tell what to do.
+func TestWorkersWaitingBehindALeaderSayWhy(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2"))
+	machines := []*likenv1.Machine{
+		tu.Machine("leader-1", tu.Leader, tu.Manual, tu.WantsRelease),
+		tu.Machine("leader-2", tu.Leader, tu.FinishedOn(tu.Version2)),
+		tu.Machine("worker-1", tu.WantsRelease),
+	}
+	d := Decide(input(c, machines, nil))
+	assert.Equal(t, len(d.Granted), 0)
+	assert.Equal(t, progressing(t, d.Status).Message, "Waiting for a turn: worker-1. Workers update to "+tu.Version2+
+		" after every leader runs it; leaders not on it yet: leader-1 (UpdatePending, waits for `liken approve-reboot leader-1`).")
+
+	// Approved, the leader takes its turn; the worker still waits for it.
+	machines[0] = tu.Machine("leader-1", tu.Leader, tu.Manual, tu.WantsRelease, tu.Approve("change-leader-1"))
+	d = Decide(input(c, machines, nil))
+	assert.Equal(t, fleet.TurnsString(d.Granted), "leader-1")
+	assert.Assert(t, is.Contains(progressing(t, d.Status).Message, "leaders not on it yet: leader-1 (UpdatePending)."))
+
+	// With every leader on the target, nothing is added.
+	machines[0] = tu.Machine("leader-1", tu.Leader, tu.FinishedOn(tu.Version2))
+	d = Decide(input(c, machines, nil))
+	assert.Assert(t, !strings.Contains(progressing(t, d.Status).Message, "leaders not on it"))
+}
