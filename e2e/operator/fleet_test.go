@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -228,10 +229,10 @@ func (e *env) record() *ledgerRecorder {
 	clusters := e.liken.LikenV1alpha1().Clusters()
 	machines := e.liken.LikenV1alpha1().Machines()
 	nodes := e.kube.CoreV1().Nodes()
-	watchAll := func(name string, list func(metav1.ListOptions) (string, []any, error), w func(metav1.ListOptions) (watch.Interface, error), seen func(rv int64, obj any)) {
+	watchAll := func(name string, list func(metav1.ListOptions) (runtime.Object, error), w func(metav1.ListOptions) (watch.Interface, error), seen func(rv int64, obj any)) {
 		ready := make(chan struct{})
 		go func() {
-			rv, items, err := list(metav1.ListOptions{})
+			rv, items, err := listItems(list)
 			if err != nil {
 				r.gap(name + " list: " + err.Error())
 				close(ready)
@@ -269,47 +270,17 @@ func (e *env) record() *ledgerRecorder {
 		<-ready
 	}
 	total := len(e.names)
-	watchAll("clusters", func(o metav1.ListOptions) (string, []any, error) {
-		l, err := clusters.List(e.ctx, o)
-		if err != nil {
-			return "", nil, err
-		}
-		var items []any
-		for i := range l.Items {
-			items = append(items, &l.Items[i])
-		}
-		return l.ResourceVersion, items, nil
-	}, func(o metav1.ListOptions) (watch.Interface, error) { return clusters.Watch(e.ctx, o) }, func(rv int64, obj any) {
+	watchAll("clusters", func(o metav1.ListOptions) (runtime.Object, error) { return clusters.List(e.ctx, o) }, func(o metav1.ListOptions) (watch.Interface, error) { return clusters.Watch(e.ctx, o) }, func(rv int64, obj any) {
 		c := obj.(*likenv1.Cluster)
 		r.mu.Lock()
 		r.clusters = append(r.clusters, clusterVersion{rv: rv, at: time.Now(), obj: c.DeepCopy(), total: total})
 		r.mu.Unlock()
 	})
-	watchAll("machines", func(o metav1.ListOptions) (string, []any, error) {
-		l, err := machines.List(e.ctx, o)
-		if err != nil {
-			return "", nil, err
-		}
-		var items []any
-		for i := range l.Items {
-			items = append(items, &l.Items[i])
-		}
-		return l.ResourceVersion, items, nil
-	}, func(o metav1.ListOptions) (watch.Interface, error) { return machines.Watch(e.ctx, o) }, func(rv int64, obj any) {
+	watchAll("machines", func(o metav1.ListOptions) (runtime.Object, error) { return machines.List(e.ctx, o) }, func(o metav1.ListOptions) (watch.Interface, error) { return machines.Watch(e.ctx, o) }, func(rv int64, obj any) {
 		m := obj.(*likenv1.Machine)
 		r.set(r.lost, m.Name, rv, m.Status.Phase == likenv1.MachineLost)
 	})
-	watchAll("nodes", func(o metav1.ListOptions) (string, []any, error) {
-		l, err := nodes.List(e.ctx, o)
-		if err != nil {
-			return "", nil, err
-		}
-		var items []any
-		for i := range l.Items {
-			items = append(items, &l.Items[i])
-		}
-		return l.ResourceVersion, items, nil
-	}, func(o metav1.ListOptions) (watch.Interface, error) { return nodes.Watch(e.ctx, o) }, func(rv int64, obj any) {
+	watchAll("nodes", func(o metav1.ListOptions) (runtime.Object, error) { return nodes.List(e.ctx, o) }, func(o metav1.ListOptions) (watch.Interface, error) { return nodes.Watch(e.ctx, o) }, func(rv int64, obj any) {
 		n := obj.(*corev1.Node)
 		ready := false
 		for _, c := range n.Status.Conditions {
@@ -320,6 +291,20 @@ func (e *env) record() *ledgerRecorder {
 		r.set(r.notReady, n.Name, rv, !ready)
 	})
 	return r
+}
+
+// listItems runs list and returns the list's revision and its items.
+func listItems(list func(metav1.ListOptions) (runtime.Object, error)) (string, []runtime.Object, error) {
+	l, err := list(metav1.ListOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	acc, err := meta.ListAccessor(l)
+	if err != nil {
+		return "", nil, err
+	}
+	items, err := meta.ExtractList(l)
+	return acc.GetResourceVersion(), items, err
 }
 
 func rvOf(obj any) int64 {
