@@ -91,6 +91,10 @@ type Daemon struct {
 	configErr     error
 	configRetryAt time.Time
 	configBackoff time.Duration
+	// bootErr is the failure of this boot's Applier.Boot (a disk that did
+	// not mount, a port that did not come up). Only a later Boot that
+	// succeeds clears it; until then the machine is Degraded.
+	bootErr error
 
 	// turnsRunning counts turn goroutines still running (one that was
 	// given back may still be stopping).

@@ -176,6 +176,16 @@ func (d *Daemon) syncConfig(ctx context.Context, v *view) {
 		d.pendingConfig(v)
 		return
 	}
+	if d.bootErr != nil {
+		// What this boot should have applied is not in effect: apply it
+		// again before anything else, and stay Degraded until it holds.
+		if err := d.o.Applier.Boot(ctx, *d.st.Applied); err != nil {
+			d.configFailed(ctx, v, "applying the configuration at boot", err)
+			return
+		}
+		d.bootErr = nil
+		log.Info("Applied the configuration at boot after a retry")
+	}
 	applied := *d.st.Applied
 	diff := changes.Diff(applied, v.desired)
 	if live := changes.Only(diff, likenv1.ClassLive); len(live) > 0 {

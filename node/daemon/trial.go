@@ -95,7 +95,9 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 			}
 			cfg := changes.Merge(*next.Applied, *nb, likenv1.ClassNextBoot, likenv1.ClassReboot)
 			if err := d.o.Applier.Boot(ctx, cfg); err != nil {
-				d.configErr = fmt.Errorf("applying the configuration at boot: %w", err)
+				// Kept until a retry succeeds (syncConfig): the machine reads
+				// Degraded with ConfigApplied=False meanwhile.
+				d.bootErr = fmt.Errorf("applying the configuration at boot: %w", err)
 				log.Error(err, "Applying the configuration at boot failed")
 			}
 			next.Applied = &cfg

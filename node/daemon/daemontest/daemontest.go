@@ -238,14 +238,16 @@ func (m *Machine) Start(t testing.TB, o daemon.Options) *Running {
 }
 
 // StartIn runs a daemon in an existing boot, as after a restart of the
-// daemon alone (SIGTERM, crash). An Observer or Rebooter set in o is kept
+// daemon alone (SIGTERM, crash). An Applier, Observer or Rebooter set in o is kept
 // (a test may wrap the machine's Recorder, or time the reboot); otherwise
 // they are the machine's Recorder and daemon.ExitRebooter.
 func (m *Machine) StartIn(t testing.TB, o daemon.Options, bi daemon.BootInfo) *Running {
 	t.Helper()
 	o.Machine, o.Root, o.Boot = m.Name, m.Root, bi
 	o.Bootloader = boot.NewGRUB(m.BootDir)
-	o.Applier = m.Recorder
+	if o.Applier == nil {
+		o.Applier = m.Recorder
+	}
 	if o.Observer == nil {
 		o.Observer = m.Recorder
 	}
