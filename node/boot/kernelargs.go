@@ -124,15 +124,15 @@ func WriteKernelArgs(dir string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, KernelArgsFile), b, 0o644); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, KernelArgsFile), b, 0o644); err != nil {
 		return fmt.Errorf("writing the kernel arguments for the next boot: %w", err)
 	}
 	return nil
 }
 
-// writeFileAtomic replaces path with data: temporary file, fsync, rename,
+// WriteFileAtomic replaces path with data: temporary file, fsync, rename,
 // fsync of the folder.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {

@@ -70,47 +70,12 @@ func (o *OS) run(ctx context.Context, name string, args ...string) error {
 // write replaces the file at rel atomically: a temporary file next to it
 // is written and synced, then renamed over it, and the folder is synced,
 // so a power cut leaves the old contents or the new, never a mix.
-func (o *OS) write(rel string, data []byte, mode os.FileMode) (err error) {
+func (o *OS) write(rel string, data []byte, mode os.FileMode) error {
 	p := o.path(rel)
-	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	tmp := p + ".liken-tmp"
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return boot.WriteFileAtomic(p, data, mode)
 }
 
 // ApplyLive writes the sysctls to /proc/sys and the NTP servers to a
