@@ -480,7 +480,7 @@ func Resume(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, 
 	case v1alpha1.ReasonRolloutStalled:
 		fmt.Fprintf(out, "The turn %s held is released; %s asks for a new one when it is back.\n", h.Machine, h.Machine)
 	case v1alpha1.ReasonTrialFailed:
-		fmt.Fprintf(out, "Other machines may now try %s; %s stays on its proven slot.\n", cl.Spec.Version, h.Machine)
+		fmt.Fprintf(out, "Machines may now try %s again, %s included, within the disruption budget; if another trial fails, the rollout halts again.\n", cl.Spec.Version, h.Machine)
 	}
 	fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", name)
 	return nil

@@ -233,3 +233,16 @@ func TestResume(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, got.Annotations[v1alpha1.AnnotationResumeRollout], "2026-11-30T12:00:00Z")
 }
+
+// After a failed trial, resume says what really happens: every machine may
+// try the release again, the one that failed included.
+func TestResumeAfterAFailedTrial(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	cl := clitest.Cluster("lab", "1")
+	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: cl.Spec.Version, Since: clitest.Since}
+	c := fake.NewSimpleClientset(cl)
+	var out bytes.Buffer
+	assert.NilError(t, Resume(ctx, c, clk, "lab", &out))
+	golden.Assert(t, out.String(), "resume-trial-failed.golden")
+}
