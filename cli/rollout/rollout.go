@@ -101,8 +101,9 @@ releases that machine's turn, so the budget frees up; the machine asks
 again when it comes back.
 
 TrialFailed: a machine could not prove the release and went back to its
-proven slot. Resuming lets other machines try the same release; to stop
-the release instead, set spec.version back (that also lifts the halt).`,
+proven slot. Resuming lets machines try the same release again, that one
+included; if another trial fails, the rollout halts again. To stop the
+release instead, set spec.version back (that also lifts the halt).`,
 		Example: `  # Resume the rollout of mycluster
   liken rollout resume mycluster`,
 		Args:              cmdutil.ExactArgs("CLUSTER"),
