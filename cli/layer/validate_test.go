@@ -1,12 +1,15 @@
 package layer
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"liken.sh/liken/node/boot"
 )
 
 const validCluster = `apiVersion: liken.sh/v1alpha1
@@ -219,4 +222,54 @@ func TestCheckFleet(t *testing.T) {
 	assert.Equal(t, c.Name, "mycluster")
 	assert.Equal(t, ms[0].Name, "node-1")
 	assert.Equal(t, ms[1].Name, "node-2")
+}
+
+// The Cluster's rules on settings.kernelArgs refuse exactly what the
+// machine's boot loader writer refuses, so a bad argument is refused at
+// kubectl time instead of degrading every machine.
+func TestKernelArgsRulesMatchTheMachine(t *testing.T) {
+	long := strings.Repeat("a", 600)
+	many := make([]string, boot.MaxKernelArgs+1)
+	for i := range many {
+		many[i] = "quiet"
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // "" when accepted
+	}{
+		{[]string{"mitigations=auto", "console=ttyS0,115200n8", "a!#$%&()+,-./0123456789:;<=>@Z^_`z{|}~"}, ""},
+		{[]string{"init=/bin/sh"}, ""},
+		{[]string{"paniced=1", "xliken.slot=B"}, ""},
+		{[]string{`quote="x"`}, "printable ASCII"},
+		{[]string{"it's"}, "printable ASCII"},
+		{[]string{`back\slash`}, "printable ASCII"},
+		{[]string{"glob*"}, "printable ASCII"},
+		{[]string{"a?"}, "printable ASCII"},
+		{[]string{"x[0]"}, "printable ASCII"},
+		{[]string{"two words"}, "printable ASCII"},
+		{[]string{"tab\there"}, "printable ASCII"},
+		{[]string{"é"}, "printable ASCII"},
+		{[]string{"--"}, "pass the arguments after it to init"},
+		{[]string{"liken.slot=B"}, "liken.*"},
+		{[]string{"panic=0"}, "panic="},
+		{[]string{"panic"}, "panic="},
+		{[]string{""}, "spec.settings.kernelArgs[0]"},
+		{[]string{long, long}, "1024 bytes"},
+		{many, "must have at most 24 items"},
+	} {
+		items := make([]string, len(tc.args))
+		for i, a := range tc.args {
+			items[i] = strconv.Quote(a)
+		}
+		doc := strings.Replace(validCluster, "  disruption:", "  settings:\n    kernelArgs: ["+strings.Join(items, ", ")+"]\n  disruption:", 1)
+		_, err := ValidateDocument("input.yaml", []byte(doc))
+		machineErr := boot.ValidateKernelArgs(tc.args)
+		if tc.want == "" {
+			assert.NilError(t, err, "%q", tc.args)
+			assert.NilError(t, machineErr, "%q", tc.args)
+			continue
+		}
+		assert.ErrorContains(t, err, tc.want, "%q", tc.args)
+		assert.Assert(t, machineErr != nil, "the machine accepts %q, which the Cluster refuses", tc.args)
+	}
 }

@@ -153,6 +153,16 @@ func TestRefusals(t *testing.T) {
 			mutate: func(c *v1.Cluster) { c.Spec.Releases.Source = "ftp://example.com" },
 			want:   []string{"spec.releases.source", "http:// or https://"},
 		},
+		{
+			name:   "kernel argument the boot loader would misread",
+			mutate: func(c *v1.Cluster) { c.Spec.Settings.KernelArgs = []string{"quiet", `root="/dev/sda 1"`} },
+			want:   []string{"spec.settings.kernelArgs[1]", "printable ASCII without white space"},
+		},
+		{
+			name:   "kernel argument liken sets",
+			mutate: func(c *v1.Cluster) { c.Spec.Settings.KernelArgs = []string{"liken.slot=B"} },
+			want:   []string{"spec.settings.kernelArgs[0]", "liken.*"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -109,7 +109,9 @@ type SharedSettings struct {
 	// Disruption class: RestartK3s.
 	// +optional
 	K3sArgs []string `json:"k3sArgs,omitempty"`
-	// KernelArgs are extra kernel command-line arguments.
+	// KernelArgs are extra kernel command-line arguments, one per item,
+	// at most 24 and 1024 bytes in all: printable ASCII without white space
+	// or any of " ' \ * ? [ ], and no --, liken.* or panic=.
 	// Disruption class: Reboot.
 	// +optional
 	KernelArgs []string `json:"kernelArgs,omitempty"`
