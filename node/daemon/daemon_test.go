@@ -437,17 +437,9 @@ func TestTrialThatNeverRejoins(t *testing.T) {
 		c.Spec.Version = v2
 		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
 	})
+	e.trialGivesUp()
+
 	r := e.start()
-	e.waitPhase(likenv1.MachineUpdatePending)
-	e.setNodeReady(false)
-	e.grant()
-	waitExit(t, r)
-
-	r = e.start()
-	assert.Assert(t, r.Boot.Trial)
-	waitExit(t, r) // the trial gives up and reboots
-
-	r = e.start()
 	assert.Assert(t, !r.Boot.Trial)
 	assert.Equal(t, r.Boot.Slot, boot.SlotA)
 	m := e.waitPhase(likenv1.MachineDegraded)
@@ -740,19 +732,27 @@ func TestTrialFailureAfterAResumeStillHolds(t *testing.T) {
 		c.Spec.Version = v2
 		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
 	})
+	e.trialGivesUp()
+
 	r := e.start()
-	e.waitPhase(likenv1.MachineUpdatePending)
-	e.setNodeReady(false)
-	e.grant()
-	waitExit(t, r)
-
-	r = e.start()
-	assert.Assert(t, r.Boot.Trial)
-	waitExit(t, r)
-
-	r = e.start()
 	assert.Assert(t, !r.Boot.Trial)
 	m := e.waitPhase(likenv1.MachineDegraded)
 	assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionTrue)
 	assert.Equal(t, m.Status.Change, "", "a machine whose trial failed asks for no turn")
+}
+
+// trialGivesUp runs the machine through a Release turn whose trial never
+// rejoins (its Node stays NotReady): the trial gives up and reboots. The
+// Cluster must already target v2 with a short trial timeout.
+func (e *env) trialGivesUp() {
+	e.t.Helper()
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.setNodeReady(false)
+	e.grant()
+	waitExit(e.t, r)
+
+	r = e.start()
+	assert.Assert(e.t, r.Boot.Trial)
+	waitExit(e.t, r)
 }
