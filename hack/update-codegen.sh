@@ -7,7 +7,17 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out=${1:-$root/generated}
 
+# `go list -m` names the module's folder only once the module is in the
+# module cache, and no build downloads a `tool` dependency: fetch it first.
+if ! go mod download k8s.io/code-generator; then
+    echo "cannot download k8s.io/code-generator (the version go.mod pins) into $(go env GOMODCACHE): check that the Go module proxy ($(go env GOPROXY)) is reachable, then run $0 again" >&2
+    exit 1
+fi
 codegen=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+if [ ! -f "$codegen/kube_codegen.sh" ]; then
+    echo "k8s.io/code-generator has no kube_codegen.sh in '$codegen': the module cache is damaged; run 'go clean -modcache' and then $0 again" >&2
+    exit 1
+fi
 # shellcheck source=/dev/null
 source "$codegen/kube_codegen.sh"
 
