@@ -90,6 +90,60 @@ func TestManifestsAndColumns(t *testing.T) {
 	out, err = cp.Kubectl(ctx, "get", "machine", "node-5", "-o", "jsonpath={.spec.rebootPolicy}")
 	assert.NilError(t, err)
 	assert.Equal(t, out, "Manual")
+
+	// The short names work, and no other resource of the cluster has them.
+	out, err = cp.Kubectl(ctx, "get", "lkc", "-o", "name")
+	assert.NilError(t, err, out)
+	assert.Equal(t, strings.TrimSpace(out), "cluster.liken.sh/mycluster")
+	out, err = cp.Kubectl(ctx, "get", "lkm", "node-1", "-o", "name")
+	assert.NilError(t, err, out)
+	assert.Equal(t, strings.TrimSpace(out), "machine.liken.sh/node-1")
+	out, err = cp.Kubectl(ctx, "api-resources", "--no-headers")
+	assert.NilError(t, err, out)
+	owners := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		// NAME SHORTNAMES APIVERSION NAMESPACED KIND: SHORTNAMES is absent
+		// when a resource has none.
+		if len(f) == 5 {
+			for _, short := range strings.Split(f[1], ",") {
+				owners[short] = append(owners[short], f[0]+"."+f[2])
+			}
+		}
+	}
+	for _, short := range []string{"lkc", "lkm"} {
+		assert.Equal(t, len(owners[short]), 1, "short name %s belongs to %v", short, owners[short])
+	}
+}
+
+// TestExplain reads the field reference as a person does, with kubectl
+// explain: every field sampled prints its doc comment, its default and
+// its disruption class, never <no description>.
+func TestExplain(t *testing.T) {
+	cp, _ := setup(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ field, want string }{
+		{"cluster.spec.disruption", "how many machines may be down at once"},
+		{"cluster.spec.disruption.maxUnavailable", "Default 1"},
+		{"cluster.spec.disruption.drainTimeout", "default 10m"},
+		{"cluster.spec.disruption.stallTimeout", "RolloutStalled"},
+		{"cluster.spec.disruption.trialTimeout", "proven slot"},
+		{"cluster.spec.settings.registryMirrors", "Disruption class: RestartK3s"},
+		{"cluster.status.conditions", "Progressing"},
+		{"machine.spec", "what the operator declares"},
+		{"machine.spec.rebootPolicy", "Disruption class: Live"},
+		{"machine.spec.disks.device", "/dev/disk/by-id"},
+		{"machine.status.phase", "UpdatePending"},
+		{"lkm.status.conditions", "AwaitingApproval"},
+	} {
+		out, err := cp.Kubectl(ctx, "explain", tc.field)
+		assert.NilError(t, err, out)
+		// kubectl wraps descriptions: compare on single spaces.
+		text := strings.Join(strings.Fields(out), " ")
+		assert.Assert(t, is.Contains(text, tc.want), "kubectl explain %s", tc.field)
+		assert.Assert(t, !strings.Contains(out, "<no description>") && !strings.Contains(out, "<empty>"),
+			"kubectl explain %s:\n%s", tc.field, out)
+	}
 }
 
 func cluster(name string) *v1.Cluster {

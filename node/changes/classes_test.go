@@ -10,7 +10,10 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"sigs.k8s.io/yaml"
+
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/manifests"
 )
 
 func base() Config {
@@ -139,4 +142,52 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestCRDDescriptionsNameTheClass checks what kubectl explain prints for
+// every declared field: its description names the field's class from the
+// class table, so a person reading it learns what a change will disrupt.
+func TestCRDDescriptionsNameTheClass(t *testing.T) {
+	descriptions := map[string]string{}
+	for file, prefix := range map[string]string{"11-crd-machine.yaml": "", "10-crd-cluster.yaml": "cluster."} {
+		b, err := manifests.FS.ReadFile(file)
+		assert.NilError(t, err)
+		var crd struct {
+			Spec struct {
+				Versions []struct {
+					Schema struct {
+						OpenAPIV3Schema crdSchema `json:"openAPIV3Schema"`
+					} `json:"schema"`
+				} `json:"versions"`
+			} `json:"spec"`
+		}
+		assert.NilError(t, yaml.Unmarshal(b, &crd))
+		var walk func(path string, s crdSchema)
+		walk = func(path string, s crdSchema) {
+			descriptions[path] = s.Description
+			for name, p := range s.Properties {
+				walk(path+"."+name, p)
+			}
+		}
+		for name, p := range crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties {
+			walk(prefix+name, p)
+		}
+	}
+	paths := []string{FieldVersion}
+	for _, f := range Fields {
+		paths = append(paths, f.Path)
+	}
+	for _, path := range paths {
+		class, _ := ClassOf(path)
+		d, ok := descriptions[path]
+		assert.Assert(t, ok, "%s is not in the CRDs", path)
+		assert.Assert(t, strings.Contains(d, "Disruption class: "+string(class)),
+			"kubectl explain %s does not say \"Disruption class: %s\"; fix its doc comment in apis/liken/v1alpha1, then run go test ./manifests -run TestCRDDescriptions -update\ndescription: %s",
+			path, class, d)
+	}
+}
+
+type crdSchema struct {
+	Description string               `json:"description"`
+	Properties  map[string]crdSchema `json:"properties"`
 }

@@ -49,15 +49,19 @@ type ClusterSpec struct {
 // trusts.
 type ReleasesSpec struct {
 	// Source is the URL (http or https) of the release channel: a directory
-	// holding index.yaml and one folder per release.
+	// holding index.yaml and one folder per release. Disruption class: Live
+	// (cluster-operator and the machines read the new channel at once).
 	Source string `json:"source"`
 	// Catalog lists the releases this cluster trusts, each pinned by the
-	// digest of its release document. Versions are unique.
+	// digest of its release document. Versions are unique. At most 256
+	// entries. Disruption class: Live (only spec.version makes a machine
+	// change).
 	// +listType=map
 	// +listMapKey=version
 	Catalog []CatalogEntry `json:"catalog"`
 	// PollInterval is how often cluster-operator reads the channel's
-	// index.yaml. Default 1h.
+	// index.yaml: a duration such as 30m or 1h, at least 10s. Default 1h.
+	// Disruption class: Live.
 	// +optional
 	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
 }
@@ -76,15 +80,18 @@ type CatalogEntry struct {
 // values only after a reboot).
 type NetworkSpec struct {
 	// Endpoint is the address (host:port or URL) of the Kubernetes API that
-	// machines join.
+	// machines join. Disruption class: Reboot.
 	Endpoint string `json:"endpoint"`
-	// PodCIDR is the range pod addresses come from.
+	// PodCIDR is the range pod addresses come from, such as 10.42.0.0/16.
+	// Disruption class: Reboot.
 	// +optional
 	PodCIDR string `json:"podCIDR,omitempty"`
-	// ServiceCIDR is the range service addresses come from.
+	// ServiceCIDR is the range service addresses come from, such as
+	// 10.43.0.0/16. Disruption class: Reboot.
 	// +optional
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
-	// ClusterDNS is the address of the cluster's DNS service.
+	// ClusterDNS is the IP address of the cluster's DNS service, such as
+	// 10.43.0.10. Disruption class: Reboot.
 	// +optional
 	ClusterDNS string `json:"clusterDNS,omitempty"`
 }
@@ -123,9 +130,11 @@ type SharedSettings struct {
 
 // RegistryMirror sends pulls for one registry to its mirrors.
 type RegistryMirror struct {
-	// Registry is the registry host, such as docker.io.
+	// Registry is the registry host, such as docker.io. Disruption class:
+	// RestartK3s, as its list.
 	Registry string `json:"registry"`
-	// Endpoints are the mirror URLs, tried in order.
+	// Endpoints are the mirror URLs, tried in order. Disruption class:
+	// RestartK3s, as its list.
 	Endpoints []string `json:"endpoints"`
 }
 
@@ -135,20 +144,24 @@ type DisruptionSpec struct {
 	// integer, or a percentage of the cluster's machines that rounds down
 	// but never below 1 (unless it is 0, which pauses every turn). Machines
 	// that hold a turn and machines that are Lost or NotReady count.
-	// Default 1.
+	// Default 1. Disruption class: Live (cluster-operator applies it at its
+	// next decision).
 	// +optional
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 	// DrainTimeout is how long a drain may be blocked before the machine
-	// reports DrainBlocked. The drain never forces. Default 10m.
+	// reports DrainBlocked. The drain never forces. A duration such as 10m;
+	// default 10m. Disruption class: Live (from the next drain).
 	// +optional
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
 	// TrialTimeout is how long a trial boot has to start the OS and rejoin
-	// the cluster before the machine returns to its proven slot.
-	// Default 10m.
+	// the cluster before the machine returns to its proven slot. A duration
+	// such as 10m; default 10m. Disruption class: Live (from the next
+	// trial).
 	// +optional
 	TrialTimeout *metav1.Duration `json:"trialTimeout,omitempty"`
 	// StallTimeout is how long a turn may last before cluster-operator
-	// halts the rollout with RolloutStalled. Default 30m.
+	// halts the rollout with RolloutStalled. A duration such as 30m;
+	// default 30m. Disruption class: Live.
 	// +optional
 	StallTimeout *metav1.Duration `json:"stallTimeout,omitempty"`
 }
@@ -201,7 +214,12 @@ type ClusterStatus struct {
 	// annotation that cluster-operator acted on.
 	// +optional
 	ObservedResume string `json:"observedResume,omitempty"`
-	// Conditions: Ready, Progressing and ReleasesAvailable.
+	// Conditions are Ready (True when every machine is Ready on
+	// spec.version), Progressing (False with reason RolloutStalled,
+	// TrialFailed or Paused when no turn can be granted, and the message
+	// says what to do; reason StartupGrace while a new cluster-operator
+	// leader waits before granting) and ReleasesAvailable (whether the
+	// channel could be read).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

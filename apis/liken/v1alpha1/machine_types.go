@@ -217,8 +217,15 @@ type MachineStatus struct {
 	// Observed is what the machine sees of its own hardware and boot.
 	// +optional
 	Observed ObservedState `json:"observed,omitempty"`
-	// Conditions: Ready, RebootPending, TrialFailed, DrainBlocked and
-	// others.
+	// Conditions are Ready (the machine runs the Cluster's version with
+	// nothing pending), RebootPending (a staged change waits: reason
+	// AwaitingApproval names the liken approve-reboot command to run,
+	// AwaitingTurn waits for cluster-operator), TrialFailed (the last trial
+	// boot failed and the machine is back on its proven slot; the reason
+	// says why), DrainBlocked (the drain is blocked past drainTimeout; the
+	// message names the pods and PodDisruptionBudgets), ReleaseVerified
+	// (the last download verified, or why it did not) and ConfigApplied
+	// (whether the declared configuration could be applied).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
