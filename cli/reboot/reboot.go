@@ -18,6 +18,7 @@ import (
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
 	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/cli/internal/printable"
 	"liken.sh/liken/cli/kube"
 	"liken.sh/liken/generated/clientset/versioned"
 )
@@ -132,7 +133,7 @@ func notWaiting(clusterName string, m *v1alpha1.Machine) error {
 	if cond == nil {
 		return fmt.Errorf("%s: it reports phase %s without a RebootPending condition; wait for its next report", why, phase)
 	}
-	return fmt.Errorf("%s: its RebootPending condition is %s (%s): %s", why, cond.Status, cond.Reason, cond.Message)
+	return fmt.Errorf("%s: its RebootPending condition is %s (%s): %s", why, cond.Status, printable.Text(cond.Reason), printable.Text(cond.Message))
 }
 
 func downloading(m *v1alpha1.Machine) string {

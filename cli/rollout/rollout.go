@@ -22,6 +22,7 @@ import (
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
 	"liken.sh/liken/cli/internal/fleet"
+	"liken.sh/liken/cli/internal/printable"
 	"liken.sh/liken/cli/kube"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/generated/informers/externalversions"
@@ -150,11 +151,11 @@ func (e *HaltedError) Error() string {
 	default:
 		next = "kubectl describe cluster " + e.Cluster
 	}
-	msg := strings.TrimSpace(e.Message)
+	msg := printable.Text(strings.TrimSpace(e.Message))
 	if msg != "" {
 		msg = ": " + msg
 	}
-	return fmt.Sprintf("the rollout of cluster %s is halted (%s on %s)%s\nNext: %s", e.Cluster, e.Reason, e.Machine, msg, next)
+	return fmt.Sprintf("the rollout of cluster %s is halted (%s on %s)%s\nNext: %s", e.Cluster, printable.Text(e.Reason), e.Machine, msg, next)
 }
 
 // Status follows the rollout of a cluster (see the status command).
@@ -339,7 +340,7 @@ func stepOf(m *v1alpha1.Machine) step {
 	}
 	for _, typ := range []string{v1alpha1.ConditionTrialFailed, v1alpha1.ConditionDrainBlocked} {
 		if c := meta.FindStatusCondition(m.Status.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
-			s.note = typ + ": " + c.Message
+			s.note = typ + ": " + printable.Text(c.Message)
 			break
 		}
 	}
@@ -466,7 +467,7 @@ func Resume(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, 
 		if p := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionProgressing); p != nil {
 			state = fmt.Sprintf("Progressing is %s, %s", p.Status, p.Reason)
 			if p.Message != "" {
-				state += ": " + p.Message
+				state += ": " + printable.Text(p.Message)
 			}
 		}
 		return fmt.Errorf("the rollout of cluster %s is not halted (%s): there is nothing to resume", name, state)

@@ -115,6 +115,10 @@ func TestTrackerHalts(t *testing.T) {
 		{"condition only", func(cl *v1alpha1.Cluster) {
 			cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTrialFailed, Message: "node-3 failed its trial"}}
 		}, "halted (TrialFailed on a machine): node-3 failed its trial"},
+		{"message with terminal escapes", func(cl *v1alpha1.Cluster) {
+			cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTrialFailed,
+				Message: "node-3 failed\x1b[2J\r\nNext: nothing to do"}}
+		}, `halted (TrialFailed on a machine): node-3 failed\x1b[2J\x0d\x0aNext: nothing to do`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

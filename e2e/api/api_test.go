@@ -164,6 +164,7 @@ func TestRefusals(t *testing.T) {
 	_, cs := setup(t)
 	ctx := context.Background()
 	neg := intstr.FromInt32(-1)
+	huge := intstr.FromInt32(2147483647)
 	pct := intstr.FromString("150%")
 	cases := []struct {
 		name   string
@@ -191,6 +192,21 @@ func TestRefusals(t *testing.T) {
 			name:   "negative maxUnavailable",
 			mutate: func(c *v1.Cluster) { c.Spec.Disruption.MaxUnavailable = &neg },
 			want:   []string{"spec.disruption.maxUnavailable", "0 or more"},
+		},
+		{
+			name:   "maxUnavailable past any fleet",
+			mutate: func(c *v1.Cluster) { c.Spec.Disruption.MaxUnavailable = &huge },
+			want:   []string{"spec.disruption.maxUnavailable", "at most 1000000"},
+		},
+		{
+			name:   "control character in the channel URL",
+			mutate: func(c *v1.Cluster) { c.Spec.Releases.Source = "https://releases.example.com/\x1b[2J" },
+			want:   []string{"spec.releases.source", "control characters"},
+		},
+		{
+			name:   "space in the endpoint",
+			mutate: func(c *v1.Cluster) { c.Spec.Network.Endpoint = "https://10.0.0.10:6443 --insecure" },
+			want:   []string{"spec.network.endpoint", "control characters"},
 		},
 		{
 			name:   "percentage over 100",
@@ -257,6 +273,36 @@ func TestRefusals(t *testing.T) {
 		Spec:       v1.MachineSpec{Cluster: "edited", Role: "Boss"},
 	}, metav1.CreateOptions{})
 	assert.ErrorContains(t, err, `spec.role: Unsupported value: "Boss"`)
+
+	// Hardware declarations that would escape their folder on the machine,
+	// format something that is not a disk, or reach modprobe as options.
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1.MachineSpec)
+		want   []string
+	}{
+		{"port name with a path", func(s *v1.MachineSpec) { s.Ports = []v1.Port{{Name: "a/../../b"}} }, []string{"spec.ports[0].name", "interface name"}},
+		{"port name ..", func(s *v1.MachineSpec) { s.Ports = []v1.Port{{Name: ".."}} }, []string{"spec.ports[0].name", "interface name"}},
+		{"device outside /dev", func(s *v1.MachineSpec) {
+			s.Disks = []v1.Disk{{Device: "/dev/../var/lib/kubelet/x", MountPoint: "/var/lib/data"}}
+		}, []string{"spec.disks[0].device", "clean path under /dev"}},
+		{"module parameter as an option", func(s *v1.MachineSpec) {
+			s.KernelModules = []v1.KernelModule{{Name: "vfio", Parameters: []string{"--config=/var/x"}}}
+		}, []string{"spec.kernelModules[0].parameters[0]", "option"}},
+		{"module name as an option", func(s *v1.MachineSpec) { s.KernelModules = []v1.KernelModule{{Name: "-v"}} }, []string{"spec.kernelModules[0].name", "does not start with -"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &v1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "refused"}, Spec: v1.MachineSpec{Cluster: "edited", Role: v1.RoleWorker}}
+			tc.mutate(&m.Spec)
+			_, err := cs.LikenV1alpha1().Machines().Create(ctx, m, metav1.CreateOptions{})
+			assert.Assert(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+			for _, w := range tc.want {
+				assert.Assert(t, is.Contains(err.Error(), w))
+			}
+			_, err = cs.LikenV1alpha1().Machines().Get(ctx, "refused", metav1.GetOptions{})
+			assert.Assert(t, apierrors.IsNotFound(err), "a refused document must change nothing")
+		})
+	}
 }
 
 // TestSchemaKeepsEveryField stores fully populated objects and reads them

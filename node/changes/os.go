@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -31,6 +32,10 @@ type OS struct {
 	Root string
 	// Run runs a command; nil runs it with os/exec.
 	Run func(ctx context.Context, name string, args ...string) error
+
+	// stat reads a device's mode; nil is os.Stat. Tests, which run in a
+	// folder with no block devices, replace it.
+	stat func(string) (fs.FileInfo, error)
 }
 
 // Files the OS applier writes, relative to Root.
@@ -52,6 +57,14 @@ const (
 var (
 	sysctlName = regexp.MustCompile(`^[a-z0-9_]+(\.[a-zA-Z0-9_\-]+)+$`)
 	safeWord   = regexp.MustCompile(`^[A-Za-z0-9_.,:=/@+\-]+$`)
+	// moduleName is a kernel module's name.
+	moduleName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
+	// moduleParam is key or key=value; the key starts with a letter, a
+	// digit or _, so modprobe can never read it as an option.
+	moduleParam = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.\-]*(=[A-Za-z0-9_.,:=/@+\-]*)?$`)
+	// interfaceName is a network interface name as Linux accepts it, kept
+	// to characters that are safe in a file name: never "." or "..".
+	interfaceName = regexp.MustCompile(`^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,14}$`)
 )
 
 func (o *OS) path(rel string) string { return filepath.Join(o.Root, rel) }
@@ -189,12 +202,16 @@ func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
 // writes the banner, the Live settings and k3s's files.
 func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	for _, m := range cfg.KernelModules {
-		for _, p := range append([]string{m.Name}, m.Parameters...) {
-			if !safeWord.MatchString(p) {
-				return fmt.Errorf("kernel module %s: %q is not a module name or key=value parameter", m.Name, p)
+		if !moduleName.MatchString(m.Name) {
+			return fmt.Errorf("kernel module %q is not a module name (letters, digits, _ and -)", m.Name)
+		}
+		for _, p := range m.Parameters {
+			if !moduleParam.MatchString(p) {
+				return fmt.Errorf("kernel module %s: %q is not a key=value parameter whose key starts with a letter, a digit or _", m.Name, p)
 			}
 		}
-		if err := o.run(ctx, "modprobe", append([]string{m.Name}, m.Parameters...)...); err != nil {
+		// "--" ends modprobe's options: nothing after it is read as one.
+		if err := o.run(ctx, "modprobe", append([]string{"--", m.Name}, m.Parameters...)...); err != nil {
 			return fmt.Errorf("loading kernel module %s: %w", m.Name, err)
 		}
 	}
@@ -226,8 +243,8 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 }
 
 func (o *OS) port(p likenv1.Port) error {
-	if !safeWord.MatchString(p.Name) {
-		return fmt.Errorf("port name %q is not an interface name", p.Name)
+	if !interfaceName.MatchString(p.Name) {
+		return fmt.Errorf("port name %q is not an interface name (1 to 15 letters, digits, _, - and ., not starting with .)", p.Name)
 	}
 	var b bytes.Buffer
 	b.WriteString("# Written by liken-node from the Machine's spec.ports.\n[Match]\n")
@@ -272,6 +289,9 @@ func (o *OS) disk(ctx context.Context, d likenv1.Disk) error {
 	}
 	if fs != "ext4" && fs != "xfs" {
 		return fmt.Errorf("disk %s: filesystem %q is not ext4 or xfs", d.Device, fs)
+	}
+	if err := o.blockDevice(d.Device); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(o.path(mp), 0o755); err != nil {
 		return err
@@ -364,4 +384,25 @@ func (o *OS) Observe(_ context.Context, _ Config) (likenv1.ObservedState, error)
 		}
 	}
 	return st, nil
+}
+
+// blockDevice refuses a disk device that leaves /dev or is not a block
+// device, so mkfs never formats a regular file or a character device.
+func (o *OS) blockDevice(device string) error {
+	if clean := filepath.Clean(device); clean != device || !strings.HasPrefix(clean, "/dev/") {
+		return fmt.Errorf("disk %s: the device must be a clean path under /dev, such as /dev/disk/by-id/...", device)
+	}
+	stat := o.stat
+	if stat == nil {
+		stat = os.Stat
+	}
+	// os.Stat follows the /dev/disk/by-* links to the device itself.
+	fi, err := stat(o.path(device))
+	if err != nil {
+		return fmt.Errorf("disk %s: %w (is the disk attached?)", device, err)
+	}
+	if fi.Mode()&fs.ModeDevice == 0 || fi.Mode()&fs.ModeCharDevice != 0 {
+		return fmt.Errorf("disk %s is not a block device (it is %s); liken formats and mounts only block devices", device, fi.Mode().Type())
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package changes
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,7 +26,7 @@ func TestOSApplier(t *testing.T) {
 	root := t.TempDir()
 	assert.NilError(t, os.MkdirAll(filepath.Join(root, "proc/sys/vm"), 0o755))
 	var log cmdLog
-	o := &OS{Root: root, Run: log.run}
+	o := &OS{Root: root, Run: log.run, stat: blockDeviceStat}
 	cfg := base()
 	ctx := context.Background()
 
@@ -49,7 +50,7 @@ func TestOSApplier(t *testing.T) {
 	assert.DeepEqual(t, log.cmds, []string{
 		"systemctl try-restart systemd-timesyncd.service",
 		"systemctl restart k3s-agent.service",
-		"modprobe vfio enable_unsafe_noiommu_mode=1",
+		"modprobe -- vfio enable_unsafe_noiommu_mode=1",
 		"networkctl reload",
 		"blkid -p /dev/vdb",
 		"mount -t ext4 /dev/vdb /var/lib/data",
@@ -69,6 +70,54 @@ func TestOSApplierRefusesBadValues(t *testing.T) {
 	cfg.Settings.KernelArgs = []string{`init="/bin/sh"`}
 	assert.ErrorContains(t, o.StageBoot(ctx, cfg, nil), "kernel argument")
 }
+
+// TestOSApplierStaysInItsPlace feeds the applier values that would escape
+// the folder it writes, format something that is not a disk, or give
+// modprobe an option: each is refused before any command runs or any
+// file is written.
+func TestOSApplierStaysInItsPlace(t *testing.T) {
+	root := t.TempDir()
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "regular"), nil, 0o644))
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		stat   func(string) (fs.FileInfo, error)
+		want   string
+	}{
+		{"port name that leaves the network folder", func(c *Config) { c.Ports[0].Name = "a/../../../../b" }, blockDeviceStat, "is not an interface name"},
+		{"port name ..", func(c *Config) { c.Ports[0].Name = ".." }, blockDeviceStat, "is not an interface name"},
+		{"disk device that leaves /dev", func(c *Config) { c.Disks[0].Device = "/dev/../var/lib/x" }, blockDeviceStat, "clean path under /dev"},
+		{"disk device that is a regular file", func(c *Config) { c.Disks[0].Device = "/dev/regular" }, func(string) (fs.FileInfo, error) {
+			return os.Stat(filepath.Join(root, "regular"))
+		}, "is not a block device"},
+		{"module parameter read as an option", func(c *Config) {
+			c.KernelModules[0].Parameters = []string{"--config=/var/lib/evil.conf"}
+		}, blockDeviceStat, "key starts with a letter, a digit or _"},
+		{"module name read as an option", func(c *Config) { c.KernelModules[0].Name = "-v" }, blockDeviceStat, "is not a module name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log cmdLog
+			dir := t.TempDir()
+			o := &OS{Root: dir, Run: log.run, stat: tc.stat}
+			cfg := base()
+			tc.mutate(&cfg)
+			assert.ErrorContains(t, o.Boot(context.Background(), cfg), tc.want)
+			for _, c := range log.cmds {
+				assert.Assert(t, !strings.HasPrefix(c, "mkfs") && !strings.HasPrefix(c, "mount"), "ran %q", c)
+			}
+			entries, err := os.ReadDir(filepath.Dir(dir))
+			assert.NilError(t, err)
+			assert.Assert(t, len(entries) == 1, "wrote outside its root: %v", entries)
+		})
+	}
+}
+
+// blockDeviceStat reads every device as a block device.
+func blockDeviceStat(string) (fs.FileInfo, error) { return fakeBlockDevice{}, nil }
+
+type fakeBlockDevice struct{ fs.FileInfo }
+
+func (fakeBlockDevice) Mode() fs.FileMode { return fs.ModeDevice | 0o600 }
 
 func TestRecorderObservesTheAppliedConfig(t *testing.T) {
 	r := NewRecorder(filepath.Join(t.TempDir(), "applier.log"))

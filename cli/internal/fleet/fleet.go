@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/printable"
 )
 
 // Members returns the machines of the named cluster, sorted by name.
@@ -183,7 +184,7 @@ func (b Budget) Blocked(c *v1alpha1.Cluster, release bool) string {
 	case b.Max == 0:
 		return "spec.disruption.maxUnavailable is " + b.MaxSpec + ": every turn is paused until it is raised"
 	case b.Progressing != nil && b.Progressing.Reason == v1alpha1.ReasonStartupGrace:
-		return "cluster-operator has just started and grants no turn yet: " + b.Progressing.Message
+		return "cluster-operator has just started and grants no turn yet: " + printable.Text(b.Progressing.Message)
 	}
 	return ""
 }
