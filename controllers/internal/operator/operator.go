@@ -199,7 +199,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 		Machines: machines, Clusters: clusters, Leases: leaseFactory.Coordination().V1().Leases(),
 		LeaseReader: kube.CoordinationV1(), Writer: liken.LikenV1alpha1().Machines(),
 		Recovered: func(machine string) { turnCtrl.MachineChanged(machine) },
-		Recorder: recorder, Metrics: m, Clock: clk, Term: term, LostAfter: o.MachineLostAfter,
+		Recorder:  recorder, Metrics: m, Clock: clk, Term: term, LostAfter: o.MachineLostAfter,
 	})
 	if err != nil {
 		return err
