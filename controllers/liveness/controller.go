@@ -1,6 +1,4 @@
-// Package liveness is the liveness controller: it watches the machines'
-// heartbeat Leases on cluster-operator's own clock and writes a Machine's
-// phase Lost when its heartbeat stopped.
+// Package liveness writes a Machine Lost when its Node's Lease in kube-node-lease stopped, judged on cluster-operator's own clock.
 package liveness
 
 import (
@@ -31,12 +29,16 @@ import (
 // FieldManager is the field manager of the liveness controller's writes.
 const FieldManager = "cluster-operator-liveness"
 
-// DefaultLostAfter is how long a machine may go without a heartbeat
-// before it reads Lost.
+// DefaultLostAfter is how long a machine's Node Lease may go without a
+// renewal seen by cluster-operator before the machine reads Lost.
 const DefaultLostAfter = 40 * time.Second
 
 // EventMachineLost is the event reason when a machine is written Lost.
 const EventMachineLost = "MachineLost"
+
+// LeaseNamespace holds the Node Leases the kubelets renew: a machine's
+// heartbeat is the Lease named after its Node there.
+const LeaseNamespace = corev1.NamespaceNodeLease
 
 // StatusWriter is the one write the liveness controller makes.
 type StatusWriter interface {
@@ -47,15 +49,20 @@ type StatusWriter interface {
 type Config struct {
 	Machines likeninformers.MachineInformer
 	Clusters likeninformers.ClusterInformer
-	// Leases must watch the namespace liken-system.
+	// Leases must watch the namespace kube-node-lease (LeaseNamespace),
+	// where the kubelet renews its Node's Lease.
 	Leases coordinationinformers.LeaseInformer
 	// LeaseReader reads a Lease from the API server before a Lost verdict,
 	// so a renewal the informer has not delivered yet is not missed.
 	LeaseReader coordinationv1client.LeasesGetter
-	Writer      StatusWriter
-	Recorder    events.EventRecorder
-	Metrics     *metrics.Metrics
-	Clock       clock.WithTicker
+	// Recovered, when set, is called with a machine's name when its Lease
+	// is renewed after it had been silent for LostAfter, so the turn
+	// decision counts it alive again at once.
+	Recovered func(machine string)
+	Writer    StatusWriter
+	Recorder  events.EventRecorder
+	Metrics   *metrics.Metrics
+	Clock     clock.WithTicker
 	// Term.Since is when observation started: a machine with no Lease is
 	// judged from then (or from when its Machine appeared, if later).
 	Term      leadership.Term
@@ -76,6 +83,10 @@ type Controller struct {
 	seen map[string]time.Time
 	// value is the last observed renewal of each machine's Lease.
 	value map[string]string
+	// listed names the machines whose Lease this copy has seen only as the
+	// first list showed it, never renewed since: when it was last renewed
+	// is unknown.
+	listed map[string]bool
 }
 
 // New wires the controller to its informers. Call before they start.
@@ -86,6 +97,7 @@ func New(cfg Config) (*Controller, error) {
 		clusters: cfg.Clusters.Lister(),
 		seen:     map[string]time.Time{},
 		value:    map[string]string{},
+		listed:   map[string]bool{},
 	}
 	c.queue = worker.New("liveness", cfg.Clock, c.sync)
 	c.synced = []cache.InformerSynced{cfg.Machines.Informer().HasSynced, cfg.Clusters.Informer().HasSynced, cfg.Leases.Informer().HasSynced}
@@ -124,7 +136,8 @@ func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, erro
 	return c.sync(ctx, name)
 }
 
-// LastSeen is when this copy last saw the machine's heartbeat change.
+// LastSeen is when this copy last saw the machine's Node Lease change (or
+// first saw it).
 func (c *Controller) LastSeen(name string) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -132,15 +145,25 @@ func (c *Controller) LastSeen(name string) (time.Time, bool) {
 	return t, ok
 }
 
-// Silent is true when the machine's heartbeat has not changed for the
-// lost-after duration, as this copy saw it: the machine counts as Lost
-// even before the verdict is written. The turn controller asks, so that a
-// grant never races the Lost write.
+// Silent is true when the machine's Node Lease has not been seen renewed
+// for the lost-after duration: the machine counts as Lost even before the
+// verdict is written. The turn controller asks, so that a grant never
+// races the Lost write. Silent errs towards true: until the first list of
+// Leases arrived every machine is silent, and a Lease seen only in that
+// list counts from the start of leadership, since when it was renewed is
+// unknown.
 func (c *Controller) Silent(name string, now time.Time) bool {
+	if !c.cfg.Leases.Informer().HasSynced() {
+		return true
+	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.silentLocked(name, now)
+}
+
+func (c *Controller) silentLocked(name string, now time.Time) bool {
 	seen, ok := c.seen[name]
-	c.mu.Unlock()
-	if !ok || seen.Before(c.cfg.Term.Since) {
+	if !ok || c.listed[name] || seen.Before(c.cfg.Term.Since) {
 		seen = c.cfg.Term.Since
 	}
 	return !now.Before(seen.Add(c.cfg.LostAfter))
@@ -166,17 +189,36 @@ func renewal(l *coordinationv1.Lease) string {
 	return holder + "#" + l.ResourceVersion
 }
 
-// observeLease notes a Lease. What the initial list shows was renewed at
-// some unknown time before this copy looked: it counts as seen when this
-// copy started leading (Term.Since), not when the list arrived, so that a
-// silent machine is judged exactly when the startup grace ends.
+// observeLease notes a Lease. A Lease in the first list was renewed at
+// some unknown time before this copy looked; the verdict counts it as seen
+// when the list arrived (a list that arrives late must not make every
+// machine Lost), and Silent as seen when leading started.
 func (c *Controller) observeLease(obj any, initial bool) {
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok {
 		return
 	}
-	c.recordAt(l.Name, renewal(l), c.observedAt(initial))
+	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	old, had := c.value[l.Name]
+	value := renewal(l)
+	if had && old == value {
+		c.mu.Unlock()
+		return
+	}
+	wasSilent := !initial && c.silentLocked(l.Name, now)
+	c.value[l.Name] = value
+	c.seen[l.Name] = now
+	if initial {
+		c.listed[l.Name] = true
+	} else {
+		delete(c.listed, l.Name)
+	}
+	c.mu.Unlock()
 	c.queue.Add(l.Name)
+	if wasSilent && c.cfg.Recovered != nil {
+		c.cfg.Recovered(l.Name)
+	}
 }
 
 func (c *Controller) observedAt(initial bool) time.Time {
@@ -186,19 +228,16 @@ func (c *Controller) observedAt(initial bool) time.Time {
 	return c.cfg.Clock.Now()
 }
 
-// record notes a renewal seen now; it returns true when it is a new one.
+// record notes a renewal read now; it returns true when it is a new one.
 func (c *Controller) record(name, value string) bool {
-	return c.recordAt(name, value, c.cfg.Clock.Now())
-}
-
-func (c *Controller) recordAt(name, value string, at time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.value[name]; ok && old == value {
 		return false
 	}
 	c.value[name] = value
-	c.seen[name] = at
+	c.seen[name] = c.cfg.Clock.Now()
+	delete(c.listed, name)
 	return true
 }
 
@@ -221,6 +260,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		c.mu.Lock()
 		delete(c.seen, name)
 		delete(c.value, name)
+		delete(c.listed, name)
 		c.mu.Unlock()
 		return 0, nil
 	}
@@ -243,11 +283,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 
 	// Before the verdict, read the Lease itself: a renewal may be on its
 	// way through the watch.
-	l, err := c.cfg.LeaseReader.Leases(likenv1.SystemNamespace).Get(ctx, name, metav1.GetOptions{})
+	l, err := c.cfg.LeaseReader.Leases(LeaseNamespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return 0, fmt.Errorf("reading the heartbeat Lease of machine %s: %w", name, err)
+		return 0, fmt.Errorf("reading the Node Lease %s/%s of machine %s: %w", LeaseNamespace, name, name, err)
 	default:
 		if c.record(name, renewal(l)) {
 			return c.cfg.LostAfter, nil
@@ -262,8 +302,8 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return 0, fmt.Errorf("writing machine %s Lost: %w", name, err)
 	}
 	silent := now.Sub(seen).Round(time.Second)
-	note := fmt.Sprintf("Machine %s sent no heartbeat (Lease %s/%s) for %s, as seen by cluster-operator since %s; it reads Lost and counts against the disruption budget until it reports again. Check its power and network.",
-		name, likenv1.SystemNamespace, name, silent, seen.UTC().Format(time.RFC3339))
+	note := fmt.Sprintf("The Node Lease %s/%s of machine %s was not renewed for %s, as seen by cluster-operator since %s: its kubelet sends no heartbeat. It reads Lost and counts against the disruption budget until it reports again. Check its power, its network and its kubelet (kubectl get node %s).",
+		LeaseNamespace, name, name, silent, seen.UTC().Format(time.RFC3339), name)
 	klog.FromContext(ctx).Info("Machine lost", "machine", klog.KObj(m), "silentFor", silent, "previousPhase", m.Status.Phase)
 	c.cfg.Metrics.MachinesLost.WithLabelValues(m.Spec.Cluster).Inc()
 	if cl, err := c.clusters.Get(m.Spec.Cluster); err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,11 +41,23 @@ type fixture struct {
 	recorder *events.FakeRecorder
 	metrics  *metrics.Metrics
 	fenceErr error
+
+	mu        sync.Mutex
+	recovered []string
+}
+
+// setup varies the fixture.
+type setup struct {
+	// listDelay: the informers start this long after this copy started
+	// leading (at Epoch).
+	listDelay time.Duration
+	// lostAfter: DefaultLostAfter when 0.
+	lostAfter time.Duration
 }
 
 func lease(name string, renew time.Time) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: likenv1.SystemNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: LeaseNamespace},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40),
 			RenewTime: &metav1.MicroTime{Time: renew},
@@ -57,13 +70,14 @@ func lease(name string, renew time.Time) *coordinationv1.Lease {
 // which holds the same Leases unless a test makes them differ.
 func newFixture(t *testing.T, likenObjs []runtime.Object, leases ...*coordinationv1.Lease) *fixture {
 	t.Helper()
-	return newFixtureListedAfter(t, 0, likenObjs, leases...)
+	return newFixtureWith(t, setup{}, likenObjs, leases...)
 }
 
-// newFixtureListedAfter starts the informers listDelay after this copy
-// started leading (at Epoch).
-func newFixtureListedAfter(t *testing.T, listDelay time.Duration, likenObjs []runtime.Object, leases ...*coordinationv1.Lease) *fixture {
+func newFixtureWith(t *testing.T, su setup, likenObjs []runtime.Object, leases ...*coordinationv1.Lease) *fixture {
 	t.Helper()
+	if su.lostAfter == 0 {
+		su.lostAfter = DefaultLostAfter
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, clock: clocktesting.NewFakeClock(tu.Epoch), recorder: events.NewFakeRecorder(100), metrics: metrics.New()}
@@ -76,7 +90,7 @@ func newFixtureListedAfter(t *testing.T, listDelay time.Duration, likenObjs []ru
 	f.kube = kubefake.NewClientset(kubeObjs...)
 	f.reader = kubefake.NewClientset(kubeObjs...)
 	lf := likeninformers.NewSharedInformerFactory(f.liken, 0)
-	kf := kubeinformers.NewSharedInformerFactoryWithOptions(f.kube, 0, kubeinformers.WithNamespace(likenv1.SystemNamespace))
+	kf := kubeinformers.NewSharedInformerFactoryWithOptions(f.kube, 0, kubeinformers.WithNamespace(LeaseNamespace))
 	ctrl, err := New(Config{
 		Machines:    lf.Liken().V1alpha1().Machines(),
 		Clusters:    lf.Liken().V1alpha1().Clusters(),
@@ -88,11 +102,16 @@ func newFixtureListedAfter(t *testing.T, listDelay time.Duration, likenObjs []ru
 		Clock:       f.clock,
 		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
 			Fence: leadership.FenceFunc(func(context.Context, string) error { return f.fenceErr })},
-		LostAfter: DefaultLostAfter,
+		LostAfter: su.lostAfter,
+		Recovered: func(name string) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.recovered = append(f.recovered, name)
+		},
 	})
 	assert.NilError(t, err)
 	f.ctrl = ctrl
-	f.clock.Step(listDelay)
+	f.clock.Step(su.listDelay)
 	lf.Start(ctx.Done())
 	kf.Start(ctx.Done())
 	assert.Assert(t, cache.WaitForCacheSync(ctx.Done(), ctrl.synced...))
@@ -132,7 +151,7 @@ func (f *fixture) renew(name string) {
 	f.t.Helper()
 	l := lease(name, f.clock.Now())
 	for _, cs := range []*kubefake.Clientset{f.kube, f.reader} {
-		_, err := cs.CoordinationV1().Leases(likenv1.SystemNamespace).Update(f.ctx, l, metav1.UpdateOptions{})
+		_, err := cs.CoordinationV1().Leases(LeaseNamespace).Update(f.ctx, l, metav1.UpdateOptions{})
 		assert.NilError(f.t, err)
 	}
 	poll.WaitOn(f.t, func(poll.LogT) poll.Result {
@@ -143,24 +162,40 @@ func (f *fixture) renew(name string) {
 	})
 }
 
-func TestLostAfterFortySecondsWithoutHeartbeat(t *testing.T) {
-	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")}, lease("a", tu.Epoch.Add(-time.Hour)))
+func (f *fixture) wokenFor() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.recovered...)
+}
 
-	f.clock.Step(39 * time.Second)
-	assert.Equal(t, f.sync("a"), time.Second)
-	assert.Equal(t, f.phase("a"), likenv1.MachineReady)
+func TestLostWhenTheNodeLeaseStops(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lostAfter time.Duration
+	}{
+		{"fast setting", 2 * time.Second},
+		{"default", DefaultLostAfter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixtureWith(t, setup{lostAfter: tc.lostAfter}, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")},
+				lease("a", tu.Epoch.Add(-time.Hour)))
+			f.clock.Step(tc.lostAfter - time.Millisecond)
+			assert.Equal(t, f.sync("a"), time.Millisecond)
+			assert.Equal(t, f.phase("a"), likenv1.MachineReady)
 
-	f.clock.Step(time.Second)
-	assert.Equal(t, f.sync("a"), time.Duration(0))
-	assert.Equal(t, f.phase("a"), likenv1.MachineLost)
-	assert.Equal(t, promtestutil.ToFloat64(f.metrics.MachinesLost.WithLabelValues("lab")), 1.0)
-	ev := <-f.recorder.Events
-	assert.Assert(t, is.Contains(ev, "Warning MachineLost Machine a sent no heartbeat (Lease liken-system/a) for 40s"))
+			f.clock.Step(time.Millisecond)
+			assert.Equal(t, f.sync("a"), time.Duration(0))
+			assert.Equal(t, f.phase("a"), likenv1.MachineLost)
+			assert.Equal(t, promtestutil.ToFloat64(f.metrics.MachinesLost.WithLabelValues("lab")), 1.0)
+			ev := <-f.recorder.Events
+			assert.Assert(t, is.Contains(ev, "Warning MachineLost The Node Lease kube-node-lease/a of machine a was not renewed for "+tc.lostAfter.String()))
 
-	// Lost stays Lost until the machine writes its own phase.
-	f.clock.Step(time.Minute)
-	f.sync("a")
-	assert.Equal(t, f.phase("a"), likenv1.MachineLost)
+			// Lost stays Lost until the machine writes its own phase.
+			f.clock.Step(time.Minute)
+			f.sync("a")
+			assert.Equal(t, f.phase("a"), likenv1.MachineLost)
+		})
+	}
 }
 
 func TestSilent(t *testing.T) {
@@ -175,17 +210,75 @@ func TestSilent(t *testing.T) {
 }
 
 func TestInitialListCountsFromTheStartOfLeadership(t *testing.T) {
-	// The lists arrive 300 ms after leading started: a silent machine is
-	// still silent exactly 40 s after the start, when the grace ends.
-	f := newFixtureListedAfter(t, 300*time.Millisecond, []runtime.Object{tu.Cluster("lab"), tu.Machine("a"), tu.Machine("b")},
+	// The lists arrive 300 ms after leading started. When the Lease in the
+	// list was renewed is unknown: the turn decision counts a silent
+	// machine Lost exactly 40 s after the start, when the grace ends, and
+	// the verdict is written 40 s after the list showed the Lease.
+	f := newFixtureWith(t, setup{listDelay: 300 * time.Millisecond}, []runtime.Object{tu.Cluster("lab"), tu.Machine("a"), tu.Machine("b")},
 		lease("a", tu.Epoch.Add(-time.Hour)))
 	end := tu.Epoch.Add(DefaultLostAfter)
 	assert.Assert(t, f.ctrl.Silent("a", end))
 	assert.Assert(t, f.ctrl.Silent("b", end))
 	assert.Assert(t, !f.ctrl.Silent("a", end.Add(-time.Millisecond)))
 	f.clock.SetTime(end)
+	assert.Equal(t, f.sync("a"), 300*time.Millisecond)
+	assert.Equal(t, f.phase("a"), likenv1.MachineReady)
+	f.sync("b")
+	assert.Equal(t, f.phase("b"), likenv1.MachineLost, "b has no Node Lease at all")
+	f.clock.Step(300 * time.Millisecond)
 	f.sync("a")
 	assert.Equal(t, f.phase("a"), likenv1.MachineLost)
+}
+
+func TestLateFirstListWritesNoFalseLost(t *testing.T) {
+	// The first list of Leases arrives 50 s after leading started, later
+	// than the lost-after duration: the Lease it shows was renewed at some
+	// time this copy does not know, so it is no evidence of silence.
+	f := newFixtureWith(t, setup{listDelay: 50 * time.Second}, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")},
+		lease("a", tu.Epoch.Add(49*time.Second)))
+	assert.Equal(t, f.sync("a"), DefaultLostAfter)
+	assert.Equal(t, f.phase("a"), likenv1.MachineReady)
+	// Until a renewal is seen, the turn decision counts it silent.
+	assert.Assert(t, f.ctrl.Silent("a", f.clock.Now()))
+
+	f.clock.Step(5 * time.Second)
+	f.renew("a")
+	assert.Assert(t, !f.ctrl.Silent("a", f.clock.Now()))
+	assert.DeepEqual(t, f.wokenFor(), []string{"a"})
+}
+
+func TestSilentUntilTheLeasesAreListed(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk := clocktesting.NewFakeClock(tu.Epoch)
+	liken := likenfake.NewSimpleClientset(tu.Cluster("lab"), tu.Machine("a"))
+	kube := kubefake.NewClientset(lease("a", tu.Epoch))
+	lf := likeninformers.NewSharedInformerFactory(liken, 0)
+	kf := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(LeaseNamespace))
+	ctrl, err := New(Config{
+		Machines: lf.Liken().V1alpha1().Machines(), Clusters: lf.Liken().V1alpha1().Clusters(),
+		Leases: kf.Coordination().V1().Leases(), LeaseReader: kube.CoordinationV1(), Writer: liken.LikenV1alpha1().Machines(),
+		Recorder: events.NewFakeRecorder(10), Metrics: metrics.New(), Clock: clk,
+		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch}, LostAfter: DefaultLostAfter,
+	})
+	assert.NilError(t, err)
+	assert.Assert(t, ctrl.Silent("a", tu.Epoch), "no Lease listed yet: no evidence that a is alive")
+	kf.Start(ctx.Done())
+	kf.WaitForCacheSync(ctx.Done())
+	assert.Assert(t, !ctrl.Silent("a", tu.Epoch))
+}
+
+func TestRenewalAfterSilenceWakesTheTurnDecision(t *testing.T) {
+	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a"), tu.Machine("b")}, lease("a", tu.Epoch), lease("b", tu.Epoch))
+	f.clock.Step(30 * time.Second)
+	f.renew("a")
+	f.renew("b")
+	assert.Assert(t, is.Len(f.wokenFor(), 0), "renewals of live machines wake nothing")
+	f.clock.Step(DefaultLostAfter + 5*time.Second)
+	assert.Assert(t, f.ctrl.Silent("a", f.clock.Now()))
+	f.renew("a")
+	assert.DeepEqual(t, f.wokenFor(), []string{"a"})
+	assert.Assert(t, !f.ctrl.Silent("a", f.clock.Now()))
 }
 
 func TestRenewalsKeepAMachineAlive(t *testing.T) {
@@ -217,7 +310,7 @@ func TestRenewalNotYetDeliveredIsNotMissed(t *testing.T) {
 	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")}, lease("a", tu.Epoch))
 	f.clock.Step(45 * time.Second)
 	// The machine renewed, but the informer has not delivered it.
-	_, err := f.reader.CoordinationV1().Leases(likenv1.SystemNamespace).Update(f.ctx, lease("a", f.clock.Now()), metav1.UpdateOptions{})
+	_, err := f.reader.CoordinationV1().Leases(LeaseNamespace).Update(f.ctx, lease("a", f.clock.Now()), metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	assert.Equal(t, f.sync("a"), 40*time.Second)
 	assert.Equal(t, f.phase("a"), likenv1.MachineReady)

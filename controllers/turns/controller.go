@@ -178,6 +178,17 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+// MachineChanged asks for a decision on the cluster of the named machine,
+// for a change the turn controller's informers do not show (the liveness
+// controller saw a silent machine's Node Lease renewed again).
+func (c *Controller) MachineChanged(name string) {
+	if o, exists, _ := c.machines.GetByKey(name); exists {
+		if k, ok := fleet.ClusterOfMachine(o); ok {
+			c.queue.Add(k)
+		}
+	}
+}
+
 // Run syncs until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	return c.queue.Run(ctx, workers, c.synced...)

@@ -509,3 +509,14 @@ func TestControllerHaltMetricAfterFailover(t *testing.T) {
 	assert.Assert(t, f.stored("lab").Status.Halt == nil)
 	assert.Equal(t, gauge(likenv1.ReasonTrialFailed), 0.0)
 }
+
+// TestMachineChangedWakesItsCluster: the liveness controller wakes the
+// decision of a machine's Cluster when a silent machine renews its Node
+// Lease again, a change the turn controller's own informers do not show.
+func TestMachineChangedWakesItsCluster(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab"), tu.Machine("a"))
+	f.ctrl.MachineChanged("unknown")
+	assert.Equal(t, f.ctrl.queue.Len(), 0)
+	f.ctrl.MachineChanged("a")
+	assert.Equal(t, f.ctrl.queue.Len(), 1)
+}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	v1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
@@ -389,8 +390,8 @@ func TestSchemaKeepsEveryField(t *testing.T) {
 }
 
 // TestMachineIdentity checks that a machine writes only its own Machine's
-// status, its own heartbeat Lease, its own Node and events about its own
-// Machine, with the admission policy alone (no NodeRestriction).
+// status, its own Node Lease, its own Node and events about its own
+// Machine.
 func TestMachineIdentity(t *testing.T) {
 	cp, cs := setup(t)
 	ctx := context.Background()
@@ -440,13 +441,17 @@ func TestMachineIdentity(t *testing.T) {
 	assert.ErrorContains(t, err, "exit status")
 	assert.Assert(t, is.Contains(out, "Forbidden"))
 
-	// Heartbeat Leases: its own, not another's.
-	lease := `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"%[1]s","namespace":"liken-system"},"spec":{"holderIdentity":"%[1]s"}}`
-	_, err = kubectlStdin(ctx, kc, fmt.Sprintf(lease, "node-1"))
+	// Leases: its own Node Lease (its heartbeat, as the kubelet renews it),
+	// not another machine's, and none in liken-system.
+	lease := `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"%[1]s","namespace":"%[2]s"},"spec":{"holderIdentity":"%[1]s"}}`
+	_, err = kubectlStdin(ctx, kc, fmt.Sprintf(lease, "node-1", "kube-node-lease"))
 	assert.NilError(t, err)
-	out, err = kubectlStdin(ctx, kc, fmt.Sprintf(lease, "node-2"))
+	out, err = kubectlStdin(ctx, kc, fmt.Sprintf(lease, "node-2", "kube-node-lease"))
 	assert.ErrorContains(t, err, "exit status")
-	assert.Assert(t, is.Contains(out, "may renew only its own heartbeat Lease liken-system/node-1"))
+	assert.Assert(t, is.Contains(out, "can only access node lease with the same name as the requesting node"))
+	out, err = kubectlStdin(ctx, kc, fmt.Sprintf(lease, "node-1", v1.SystemNamespace))
+	assert.ErrorContains(t, err, "exit status")
+	assert.Assert(t, is.Contains(out, `can only access leases in the "kube-node-lease" system namespace`))
 
 	// Nodes: the policy lets it change its own and no other.
 	kube := twoNodes(t, cp)
@@ -454,7 +459,8 @@ func TestMachineIdentity(t *testing.T) {
 	assert.NilError(t, err)
 	err = cordon(ctx, asNode1Kube, "node-2")
 	assert.Assert(t, apierrors.IsForbidden(err), "got %v", err)
-	assert.ErrorContains(t, err, "machine node-1 may change only its own Node node-1, not Node node-2")
+	// NodeRestriction refuses it before the policy would.
+	assert.ErrorContains(t, err, `node "node-1" is not allowed to modify node "node-2"`)
 	assert.NilError(t, cordon(ctx, asNode1Kube, "node-1"))
 	n, err := kube.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
 	assert.NilError(t, err)
@@ -480,10 +486,10 @@ func TestMachineIdentity(t *testing.T) {
 }
 
 // TestMachineNodeScope checks, on an API server that runs NodeRestriction
-// as production requires, that a machine changes only its own Node and
-// evicts only the pods bound to it.
+// (as every test and the lab do, and production requires), that a machine
+// changes only its own Node and evicts only the pods bound to it.
 func TestMachineNodeScope(t *testing.T) {
-	cp, _ := setupWith(t, controlplane.Options{NodeRestriction: true})
+	cp, _ := setup(t)
 	ctx := context.Background()
 	kube := twoNodes(t, cp)
 	asNode1, err := kubernetes.NewForConfig(cp.Config("system:node:node-1"))
@@ -578,14 +584,20 @@ func TestMachineNodeScope(t *testing.T) {
 	p, err = kube.CoreV1().Pods(ns).Get(ctx, "on-node-1", metav1.GetOptions{})
 	assert.Check(t, apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil), "the pod on node-1 was not evicted: %v", err)
 
-	// NodeRestriction lets a node write only the Lease kube-node-lease/<name>:
-	// it refuses the heartbeat Lease liken-system/<name> too. This is why the
-	// lab runs without it (controlplane.Options.NodeRestriction); when the
-	// heartbeat moves, this check goes.
-	lease := `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"node-1","namespace":"liken-system"},"spec":{"holderIdentity":"node-1"}}`
-	out, err := kubectlStdin(ctx, cp.MachineKubeconfig("node-1"), lease)
-	assert.ErrorContains(t, err, "exit status")
-	assert.Check(t, is.Contains(out, `can only access leases in the "kube-node-lease" system namespace`))
+	// The machine renews its own Node Lease, the one kwok renewed for it
+	// until then, as a kubelet does.
+	leases := asNode1.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	l, err := leases.Get(ctx, "node-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	l.Spec.HolderIdentity = ptr.To("node-1")
+	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	l2, err := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "node-2", metav1.GetOptions{})
+	assert.NilError(t, err)
+	l2.Spec.HolderIdentity = ptr.To("node-1")
+	_, err = asNode1.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l2, metav1.UpdateOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "node-1 renewed the Lease of node-2: %v", err)
 }
 
 // twoNodes registers the Nodes node-1 and node-2 (simulated by kwok) and

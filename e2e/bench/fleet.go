@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,9 +58,9 @@ type FleetOptions struct {
 	RenewEvery time.Duration
 	// RebootFor is how long a simulated turn keeps a machine away.
 	RebootFor time.Duration
-	// Nodes registers a Node per machine, simulated by kwok (Ready, its
-	// node Lease renewed every 10 s by kwok); machines cordon and uncordon
-	// it in their turn as the node daemon does.
+	// Nodes registers a Node per machine, simulated by kwok (Ready);
+	// machines cordon and uncordon it in their turn as the node daemon
+	// does. Either way each machine renews its Node Lease itself.
 	Nodes bool
 	// StageQPS bounds how fast the machines report a staged release once
 	// spec.version changes (a fleet does not stage all at once).
@@ -68,7 +69,7 @@ type FleetOptions struct {
 
 // Fleet is a real control plane with liken's manifests, one Cluster and
 // its Machines, whose machines are played by one load generator in this
-// process: each machine renews its own heartbeat Lease and writes its own
+// process: each machine renews its Node Lease (as its kubelet would) and writes its own
 // status as system:node:<name>, through one shared connection.
 type Fleet struct {
 	t      testing.TB
@@ -281,13 +282,23 @@ func (f *Fleet) createMachines() error {
 		if err := m.writeStatus(m.status(likenv1.MachineReady)); err != nil {
 			return err
 		}
+		// The machine's heartbeat is its Node Lease, as its kubelet renews
+		// it; with Nodes, kwok registered it and the machine takes it over.
+		leases := m.leases.Leases(corev1.NamespaceNodeLease)
 		now := metav1.NewMicroTime(time.Now())
-		m.lease, err = m.leases.Leases(likenv1.SystemNamespace).Create(f.ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: likenv1.SystemNamespace},
+		m.lease, err = leases.Create(f.ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: corev1.NamespaceNodeLease},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			var l *coordinationv1.Lease
+			if l, err = leases.Get(f.ctx, name, metav1.GetOptions{}); err == nil {
+				l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(name), &now
+				m.lease, err = leases.Update(f.ctx, l, metav1.UpdateOptions{})
+			}
+		}
 		if err != nil {
-			return fmt.Errorf("creating the heartbeat Lease of %s: %w", name, err)
+			return fmt.Errorf("creating the Node Lease of %s: %w", name, err)
 		}
 		return nil
 	})
@@ -577,7 +588,7 @@ func (m *simMachine) renew() error {
 	m.mu.Unlock()
 	now := metav1.NewMicroTime(time.Now())
 	l.Spec.RenewTime = &now
-	out, err := m.leases.Leases(likenv1.SystemNamespace).Update(m.f.ctx, l, metav1.UpdateOptions{})
+	out, err := m.leases.Leases(corev1.NamespaceNodeLease).Update(m.f.ctx, l, metav1.UpdateOptions{})
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 )
 
-// A machine loses power: its Node reads NotReady at once, its Machine
-// reads Lost once 40 s pass without a heartbeat, and it counts against the
+// A machine loses power: its Node reads NotReady at once, its Node Lease
+// is no longer renewed, its Machine reads Lost once 40 s pass without a
+// renewal, and it counts against the
 // budget all along, so a machine that asks for a reboot gets no turn with
 // maxUnavailable 1. Power back on: the machine is Ready again and the
 // waiting machine takes its turn.
@@ -30,9 +32,6 @@ func TestPowerLossCountsAgainstTheBudget(t *testing.T) {
 	l.waitFor("node-5's Node to read NotReady", time.Minute, func() (bool, string) {
 		return !l.nodeReady("node-5"), "Ready"
 	})
-	lease, err := l.kube.CoordinationV1().Leases(likenv1.SystemNamespace).Get(context.Background(), "node-5", metav1.GetOptions{})
-	assert.NilError(t, err)
-	lastBeat := lease.Spec.RenewTime.Time
 
 	requested := l.w.settle(t)
 	out = l.mustLiken("request-reboot", l.name, "node-4")
@@ -51,6 +50,12 @@ func TestPowerLossCountsAgainstTheBudget(t *testing.T) {
 		return m.Status.Phase == likenv1.MachineLost, string(m.Status.Phase)
 	})
 	l.w.settle(t)
+	// The heartbeat is the Node Lease kube-node-lease/node-5: its last
+	// renewal, which stopped with the power.
+	lease, err := l.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), "node-5", metav1.GetOptions{})
+	assert.NilError(t, err)
+	lastBeat := lease.Spec.RenewTime.Time
+	assert.Assert(t, lastBeat.Before(off.Add(11*time.Second)), "the Node Lease of node-5 was renewed %s after the power cut", lastBeat.Sub(off))
 	var lostAt time.Time
 	for _, r := range l.w.machineHistory("node-5", requested) {
 		if r.obj.Status.Phase == likenv1.MachineLost {

@@ -125,7 +125,7 @@ func (s *scenario) start() {
 	lk, err := versioned.NewForConfig(cfg)
 	assert.NilError(s.t, err)
 	s.run = s.machine.Start(s.t, daemon.Options{Kube: kube, Liken: lk, Timing: daemon.Timing{
-		Heartbeat: time.Second, Progress: 500 * time.Millisecond, Resync: 5 * time.Second,
+		Progress: 500 * time.Millisecond, Resync: 5 * time.Second,
 		DrainPoll: 200 * time.Millisecond, EvictRetryMin: 200 * time.Millisecond, EvictRetryMax: time.Second, APIRetry: 500 * time.Millisecond,
 	}})
 }

@@ -159,7 +159,7 @@ func (f *fleet) power(name string) {
 	lk, err := versioned.NewForConfig(cfg)
 	assert.NilError(f.t, err)
 	o := daemon.Options{Kube: kube, Liken: lk, Timing: daemon.Timing{
-		Heartbeat: 2 * time.Second, Progress: 500 * time.Millisecond, Resync: 5 * time.Second,
+		Progress: 500 * time.Millisecond, Resync: 5 * time.Second,
 		DrainPoll: 200 * time.Millisecond, APIRetry: 500 * time.Millisecond,
 	}}
 	go func() {

@@ -13,6 +13,7 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -161,8 +162,10 @@ func TestRestartMidRolloutRealDefaults(t *testing.T) {
 	t.Logf("%d versions of the Cluster checked", n)
 }
 
-// A machine that stops heartbeating reads Lost after --machine-lost-after
-// and counts against the budget; events and metrics show it.
+// A machine renews its Node Lease in kube-node-lease as system:node:<name>,
+// under NodeRestriction, as its kubelet would; when the renewals stop it
+// reads Lost after --machine-lost-after and counts against the budget;
+// events and metrics show it.
 func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	e := setup(t, fleetSpec{leaders: 1, workers: 3, maxUnavailable: "2", rebootFor: 3 * time.Second, renewEvery: time.Second})
 	rec := e.record()
@@ -182,6 +185,12 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	// The last renewal was at most renewEvery before silentAt.
 	assert.Assert(t, lost >= 4*time.Second, "Lost after %s", lost)
 	t.Logf("node-4 read Lost %s after its last chance to renew (flag 5s, renewals every 1s)", lost.Round(100*time.Millisecond))
+	l, err := e.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(e.ctx, "node-4", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, *l.Spec.HolderIdentity, "node-4", "the heartbeat is the Node Lease the machine renewed itself")
+	for _, name := range []string{"node-1", "node-2", "node-3"} {
+		assert.Assert(t, e.machine(name).Status.Phase != likenv1.MachineLost, "%s renews its Node Lease and reads %s", name, e.machine(name).Status.Phase)
+	}
 
 	// Two reboots requested with a budget of 2: Lost node-4 takes one
 	// slot. Pause turns while both machines stage, so one decision sees

@@ -11,10 +11,8 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,7 +25,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	likeninformers "liken.sh/liken/generated/informers/externalversions"
@@ -113,10 +110,6 @@ type Daemon struct {
 	// the newer copy.
 	written  *likenv1.Machine
 	replaced map[string]bool
-
-	// lease is the heartbeat Lease as the last renewal returned it; only
-	// the heartbeat goroutine uses it.
-	lease *coordinationv1.Lease
 }
 
 // New checks o and returns a Daemon; Run starts it.
@@ -229,12 +222,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 		kube.Shutdown()
 	}()
 
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		d.heartbeat(ctx)
-	}()
-
 	log.Info("Waiting for the Machine, Cluster and Node caches")
 	if !cache.WaitForCacheSync(ctx.Done(), mi.Informer().HasSynced, ci.Informer().HasSynced, ni.Informer().HasSynced) {
 		return d.finish(ctx, log)
@@ -298,87 +285,6 @@ func (d *Daemon) processNext(ctx context.Context) bool {
 func (d *Daemon) enqueue() {
 	if d.queue != nil {
 		d.queue.Add(key)
-	}
-}
-
-// heartbeat renews the Lease liken-system/<machine> every Timing.Heartbeat.
-func (d *Daemon) heartbeat(ctx context.Context) {
-	log := klog.FromContext(ctx)
-	t := d.clock.NewTicker(d.t.Heartbeat)
-	defer t.Stop()
-	failing := false
-	for {
-		if err := d.renewLease(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if !failing {
-				log.Error(err, "Renewing the heartbeat Lease failed; retrying", "lease", klog.KRef(likenv1.SystemNamespace, d.o.Machine))
-			}
-			failing = true
-		} else if failing {
-			log.Info("Heartbeat Lease renewed again")
-			failing = false
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
-}
-
-// renewLease renews the heartbeat Lease. It updates the Lease the last
-// renewal returned, so a renewal at rest is one request; it reads the Lease
-// only when it has none, or after an update was refused as a conflict
-// (someone else wrote it) or not found (someone deleted it), and then
-// tries once more at once.
-func (d *Daemon) renewLease(ctx context.Context) error {
-	leases := d.o.Kube.CoordinationV1().Leases(likenv1.SystemNamespace)
-	now := metav1.NewMicroTime(d.clock.Now())
-	for {
-		l, cached := d.lease, d.lease != nil
-		d.lease = nil
-		if !cached {
-			var err error
-			l, err = leases.Get(ctx, d.o.Machine, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				l, err = leases.Create(ctx, &coordinationv1.Lease{
-					ObjectMeta: metav1.ObjectMeta{Name: d.o.Machine, Namespace: likenv1.SystemNamespace},
-					Spec: coordinationv1.LeaseSpec{
-						HolderIdentity:       ptr.To(d.o.Machine),
-						LeaseDurationSeconds: ptr.To(int32(d.t.LeaseDuration / time.Second)),
-						AcquireTime:          &now,
-						RenewTime:            &now,
-					},
-				}, metav1.CreateOptions{FieldManager: FieldManager})
-				if err == nil {
-					d.lease = l
-				}
-				return err
-			}
-			if err != nil {
-				return err
-			}
-		}
-		next := l.DeepCopy()
-		next.Spec.HolderIdentity = ptr.To(d.o.Machine)
-		next.Spec.LeaseDurationSeconds = ptr.To(int32(d.t.LeaseDuration / time.Second))
-		next.Spec.RenewTime = &now
-		out, err := leases.Update(ctx, next, metav1.UpdateOptions{FieldManager: FieldManager})
-		switch {
-		case err == nil:
-			d.lease = out
-			return nil
-		case cached && (apierrors.IsConflict(err) || apierrors.IsNotFound(err)):
-			// The kept copy is stale: read the Lease again and retry.
-			continue
-		case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
-			// A failure that says nothing about the Lease (a timeout, the
-			// API server down): the next renewal tries the same copy.
-			d.lease = l
-		}
-		return err
 	}
 }
 

@@ -140,10 +140,6 @@ func (ExitRebooter) Reboot(context.Context) error {
 // Timing holds every interval and timeout of the daemon; zero values take
 // the defaults. Tests shorten them.
 type Timing struct {
-	// Heartbeat is how often the Lease is renewed (10s).
-	Heartbeat time.Duration
-	// LeaseDuration is written in the Lease (40s).
-	LeaseDuration time.Duration
 	// Progress is the least time between two status writes that only
 	// move download progress (2s).
 	Progress time.Duration
@@ -170,8 +166,6 @@ func (t *Timing) defaults() {
 			*p = v
 		}
 	}
-	set(&t.Heartbeat, 10*time.Second)
-	set(&t.LeaseDuration, 40*time.Second)
 	set(&t.Progress, 2*time.Second)
 	set(&t.Resync, 30*time.Second)
 	set(&t.RetryMin, 10*time.Second)

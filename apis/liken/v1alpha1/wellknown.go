@@ -11,7 +11,7 @@ import (
 
 // Names shared by cluster-operator, the node daemon and the command line.
 const (
-	// SystemNamespace holds the heartbeat Leases and cluster-operator.
+	// SystemNamespace holds cluster-operator and its leader Lease.
 	SystemNamespace = "liken-system"
 	// OperatorLeaseName is the Lease cluster-operator copies elect a leader with.
 	OperatorLeaseName = "cluster-operator"

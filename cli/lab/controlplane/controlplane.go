@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 )
 
 //go:embed stages.yaml
@@ -43,8 +45,13 @@ const (
 	OperatorUser = "liken:cluster-operator"
 	// NodeGroup is the group of every machine identity.
 	NodeGroup = "system:nodes"
-	// PowerLabel on a Node makes kwok report it NotReady while its value is "off".
+	// PowerLabel on a Node makes kwok report it NotReady while its value is
+	// "off"; on its Node Lease it stops kwok's renewals.
 	PowerLabel = "liken.sh/power"
+	// KwokHolder is the holder of the Node Leases kwok renews for the
+	// machines it simulates. A kubelet (or a test that plays one) holds its
+	// Lease under its node name, and kwok leaves that Lease alone.
+	KwokHolder = "kwok"
 	// KwokAnnotation marks the nodes kwok simulates.
 	KwokAnnotation = "kwok.x-k8s.io/node"
 )
@@ -60,13 +67,6 @@ type Options struct {
 	// Machines are the machine names that get an identity
 	// (system:node:<name> in group system:nodes) and a kubeconfig.
 	Machines []string
-	// NodeRestriction runs the API server with the NodeRestriction admission
-	// plugin, as production requires: a machine may then change only its own
-	// Node and evict only the pods bound to it. The plugin also lets a machine
-	// write no Lease but kube-node-lease/<name>, which refuses the heartbeat
-	// Lease liken-system/<name>; until the heartbeat moves, the lab and the
-	// tests that run liken-node leave it off.
-	NodeRestriction bool
 	// Detach starts the processes in their own session, so they outlive the
 	// process that started them (the lab). Tests leave it false.
 	Detach bool
@@ -207,16 +207,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--tls-private-key-file", pki("apiserver.key"),
 		"--client-ca-file", pki("ca.crt"),
 		"--token-auth-file", pki("tokens.csv"),
-		"--authorization-mode", "RBAC",
+		"--authorization-mode", "Node,RBAC",
+		"--enable-admission-plugins", "NodeRestriction",
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", pki("sa.key"),
 		"--service-account-signing-key-file", pki("sa.key"),
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--allow-privileged",
 		"--v", "1",
-	}
-	if opts.NodeRestriction {
-		apiserverArgs = append(apiserverArgs, "--enable-admission-plugins", "NodeRestriction")
 	}
 	if err := cp.start("kube-apiserver", "kube-apiserver", apiserverArgs...); err != nil {
 		return nil, err
@@ -267,7 +265,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector", KwokAnnotation+"=fake",
 		"--server-address", fmt.Sprintf("127.0.0.1:%d", kwokPort),
-		"--node-lease-duration-seconds", "40",
+		// The Node Leases are renewed by liken's stages (stages.yaml), which
+		// stop while a machine is powered off; kwok's own lease controller
+		// would renew them regardless.
+		"--node-lease-duration-seconds", "0",
 		"--cidr", "10.244.0.0/16",
 		"--node-ip", "10.0.0.1",
 		"--config", stagesFile,
@@ -297,7 +298,11 @@ func (cp *ControlPlane) Config(user string) *rest.Config {
 // AdminConfig is the admin's rest.Config.
 func (cp *ControlPlane) AdminConfig() *rest.Config { return cp.Config(AdminUser) }
 
-// AddNode registers a Node that kwok simulates, Ready within seconds.
+// AddNode registers a Node that kwok simulates, Ready within seconds, and
+// its Node Lease in kube-node-lease, which kwok renews every 10 s as a
+// kubelet would (held by KwokHolder) while the Node is powered on. A test
+// that renews the Lease itself, as system:node:<name>, takes it over: kwok
+// renews only the Leases KwokHolder holds.
 func (cp *ControlPlane) AddNode(ctx context.Context, name string, labels map[string]string) error {
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
@@ -318,14 +323,34 @@ func (cp *ControlPlane) AddNode(ctx context.Context, name string, labels map[str
 			Capacity:    corev1.ResourceList{"cpu": mustQuantity("32"), "memory": mustQuantity("256Gi"), "pods": mustQuantity("110")},
 		},
 	}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
 		return fmt.Errorf("registering node %s: %w", name, err)
+	}
+	leaseLabels := map[string]string{}
+	if v, ok := labels[PowerLabel]; ok {
+		leaseLabels[PowerLabel] = v
+	}
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: corev1.NamespaceNodeLease, Labels: leaseLabels,
+			// Deleted with its Node, as the kubelet's is.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: created.UID}},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(KwokHolder), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+	}
+	if _, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, lease, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering the Node Lease of node %s: %w", name, err)
 	}
 	return nil
 }
 
 // SetPower turns a node's simulated power on or off: while off, kwok
-// reports the Node NotReady.
+// reports the Node NotReady and stops renewing its Node Lease.
 func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) error {
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
@@ -334,14 +359,36 @@ func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) erro
 	return SetNodePower(ctx, cs, name, on)
 }
 
-// SetNodePower turns a kwok node's simulated power on or off.
+// SetNodePower turns a kwok node's simulated power on or off: the power
+// label on its Node (Ready or NotReady) and on its Node Lease (renewed or
+// not). The Lease goes first when the power goes off, and last when it
+// comes back, so a machine never reads Ready with a silent Lease for long.
 func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on bool) error {
-	patch := `{"metadata":{"labels":{"` + PowerLabel + `":"off"}}}`
+	patch := []byte(`{"metadata":{"labels":{"` + PowerLabel + `":"off"}}}`)
 	if on {
-		patch = `{"metadata":{"labels":{"` + PowerLabel + `":null}}}`
+		patch = []byte(`{"metadata":{"labels":{"` + PowerLabel + `":null}}}`)
 	}
-	_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
+	node := func() error {
+		_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}
+	lease := func() error {
+		_, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // no Lease: nothing renews it
+		}
+		return err
+	}
+	steps := []func() error{lease, node}
+	if on {
+		steps = []func() error{node, lease}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Kubectl runs kubectl as the admin and returns its combined output.

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,10 +73,33 @@ func TestNodesPodsAndPower(t *testing.T) {
 		return poll.Continue("pod on %q, phase %s", p.Spec.NodeName, p.Status.Phase)
 	}, poll.WithTimeout(60*time.Second), poll.WithDelay(200*time.Millisecond))
 
+	// kwok renews the Node Lease while the machine is on, as a kubelet
+	// does, and stops while it is off.
+	first := renewTime(t, cs, "m1")
+	poll.WaitOn(t, leaseRenewedAfter(cs, "m1", first), poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+
 	assert.NilError(t, cp.SetPower(ctx, "m1", false))
 	poll.WaitOn(t, nodeReady(cs, "m1", false), poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+	off, offAt := renewTime(t, cs, "m1"), time.Now()
+	quiet := offAt.Add(25 * time.Second)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := renewTime(t, cs, "m1"); !got.Equal(off) {
+			// A renewal kwok had scheduled before the power went off
+			// (renewals are 10.4 s apart at most) may still land.
+			if !got.Before(offAt.Add(11 * time.Second)) {
+				return poll.Error(fmt.Errorf("the Node Lease of a powered-off machine was renewed at %s, %s after the power went off", got, got.Sub(offAt)))
+			}
+			off = got
+		}
+		if time.Now().Before(quiet) {
+			return poll.Continue("watching the Node Lease of a powered-off machine")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(500*time.Millisecond))
+
 	assert.NilError(t, cp.SetPower(ctx, "m1", true))
 	poll.WaitOn(t, nodeReady(cs, "m1", true), poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+	poll.WaitOn(t, leaseRenewedAfter(cs, "m1", off), poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
 
 	out, err := cp.Kubectl(ctx, "version")
 	assert.NilError(t, err)
@@ -85,6 +109,27 @@ func TestNodesPodsAndPower(t *testing.T) {
 	stopped = true
 	for _, p := range cp.Processes {
 		assert.Assert(t, !Alive(p.PID), "%s (pid %d) still runs after Stop", p.Name, p.PID)
+	}
+}
+
+func renewTime(t *testing.T, cs kubernetes.Interface, node string) time.Time {
+	t.Helper()
+	l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), node, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Assert(t, l.Spec.RenewTime != nil)
+	return l.Spec.RenewTime.Time
+}
+
+func leaseRenewedAfter(cs kubernetes.Interface, node string, after time.Time) poll.Check {
+	return func(poll.LogT) poll.Result {
+		l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("%v", err)
+		}
+		if l.Spec.RenewTime != nil && l.Spec.RenewTime.After(after) {
+			return poll.Success()
+		}
+		return poll.Continue("Node Lease %s not renewed since %s", node, after)
 	}
 }
 

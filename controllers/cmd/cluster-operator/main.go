@@ -32,7 +32,7 @@ func main() {
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig, to run outside the cluster (the lab). Empty: use the in-cluster service account.")
 	identity := fs.String("identity", operator.Hostname(), "Name of this copy in the Lease liken-system/cluster-operator (default: the host name). Every copy needs its own.")
 	grace := fs.Duration("startup-grace", 40*time.Second, "After it starts leading, this copy grants no turn for this long, so that machines that went down before it started read Lost first.")
-	lostAfter := fs.Duration("machine-lost-after", liveness.DefaultLostAfter, "A machine whose heartbeat Lease did not change for this long (on this copy's clock) reads Lost and counts against the disruption budget.")
+	lostAfter := fs.Duration("machine-lost-after", liveness.DefaultLostAfter, "A machine whose Node Lease (kube-node-lease/<node>, renewed by its kubelet) was not seen renewed for this long (on this copy's clock) reads Lost and counts against the disruption budget.")
 	metricsAddr := fs.String("metrics-bind-address", ":8080", "Address serving /metrics (Prometheus), /healthz and /readyz. \"0\" turns the server off; a port of 0 picks a free one (logged).")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.Usage = func() {

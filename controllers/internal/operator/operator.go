@@ -56,7 +56,8 @@ type Options struct {
 	Identity string
 	// StartupGrace: no turn is granted for this long after leading starts.
 	StartupGrace time.Duration
-	// MachineLostAfter: a machine with no heartbeat for this long is Lost.
+	// MachineLostAfter: a machine whose Node Lease was not seen renewed for
+	// this long is Lost.
 	MachineLostAfter time.Duration
 	// MetricsAddr serves /metrics, /healthz and /readyz; "0" disables.
 	MetricsAddr string
@@ -189,19 +190,21 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	recorder events.EventRecorder, m *metrics.Metrics, clk clock.WithTicker, ready *atomic.Bool) error {
 	lf := likeninformers.NewSharedInformerFactory(liken, 5*time.Minute)
 	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
-	leaseFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(likenv1.SystemNamespace))
+	leaseFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(liveness.LeaseNamespace))
 	clusters := lf.Liken().V1alpha1().Clusters()
 	machines := lf.Liken().V1alpha1().Machines()
 
+	var turnCtrl *turns.Controller
 	liveCtrl, err := liveness.New(liveness.Config{
 		Machines: machines, Clusters: clusters, Leases: leaseFactory.Coordination().V1().Leases(),
 		LeaseReader: kube.CoordinationV1(), Writer: liken.LikenV1alpha1().Machines(),
-		Recorder: recorder, Metrics: m, Clock: clk, Term: term, LostAfter: o.MachineLostAfter,
+		Recovered: func(machine string) { turnCtrl.MachineChanged(machine) },
+		Recorder:  recorder, Metrics: m, Clock: clk, Term: term, LostAfter: o.MachineLostAfter,
 	})
 	if err != nil {
 		return err
 	}
-	turnCtrl, err := turns.New(turns.Config{
+	turnCtrl, err = turns.New(turns.Config{
 		Clusters: clusters, Machines: machines, Nodes: kf.Core().V1().Nodes(),
 		Writer: liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
 		Term: term, StartupGrace: o.StartupGrace, Liveness: liveCtrl,

@@ -10,6 +10,7 @@ import (
 
 	"gotest.tools/v3/poll"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,7 +30,8 @@ type MachineOptions struct {
 	// Tick is how often the machine reads its Machine and Cluster and acts
 	// (default 200ms).
 	Tick time.Duration
-	// RenewEvery is the period of its heartbeat (default 1s).
+	// RenewEvery is the period of its heartbeat, the renewal of its Node
+	// Lease in kube-node-lease as a kubelet does it (default 1s).
 	RenewEvery time.Duration
 	// RebootFor is how long a reboot keeps the machine down: its Node is
 	// powered off for that long. Zero: it is back at once and its Node
@@ -42,8 +44,8 @@ type MachineOptions struct {
 var since = metav1.NewTime(time.Unix(1700000000, 0))
 
 // Machine plays one machine's side of the turn protocol
-// (docs/design/protocol.md) as system:node:<name>: it renews its heartbeat
-// Lease, stages its Cluster's spec.version or a requested reboot, waits
+// (docs/design/protocol.md) as system:node:<name>: it renews its Node
+// Lease in kube-node-lease as its kubelet would, stages its Cluster's spec.version or a requested reboot, waits
 // for approval (Manual) and for its turn, reports Updating or Rebooting
 // when the ledger lists it, reboots and comes back Ready from a new boot.
 type Machine struct {
@@ -154,14 +156,15 @@ func (m *Machine) run(ctx context.Context) {
 	}
 }
 
-// renew writes the machine's heartbeat.
+// renew renews the machine's Node Lease, as the kubelet does (and takes it
+// over from kwok, which renews only the Leases it holds).
 func (m *Machine) renew(ctx context.Context) error {
-	leases := m.kube.CoordinationV1().Leases(likenv1.SystemNamespace)
+	leases := m.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(time.Now())
 	l, err := leases.Get(ctx, m.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: likenv1.SystemNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: corev1.NamespaceNodeLease},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
 		return err
@@ -169,6 +172,7 @@ func (m *Machine) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.Spec.HolderIdentity = ptr.To(m.name)
 	l.Spec.RenewTime = &now
 	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	return err
