@@ -334,8 +334,21 @@ func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) erro
 	return SetNodePower(ctx, cs, name, on)
 }
 
-// SetNodePower turns a kwok node's simulated power on or off.
+// SetNodePower turns a kwok node's simulated power on or off. Powered on,
+// the Node reads NotReady until kwok, as the kubelet of the new boot,
+// posts Ready with a fresh heartbeat: cluster-operator ends a turn only on
+// a Ready posted after the grant, and kwok posts Ready only on a Node that
+// is not Ready (an off and on too quick for kwok to see would otherwise
+// leave the Ready of the last boot in place).
 func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on bool) error {
+	if on {
+		now := metav1.Now().UTC().Format(time.RFC3339)
+		status := `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"KubeletStarting",` +
+			`"message":"the machine is powered on; its kubelet is starting","lastHeartbeatTime":"` + now + `","lastTransitionTime":"` + now + `"}]}}`
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(status), metav1.PatchOptions{}, "status"); err != nil {
+			return err
+		}
+	}
 	patch := `{"metadata":{"labels":{"` + PowerLabel + `":"off"}}}`
 	if on {
 		patch = `{"metadata":{"labels":{"` + PowerLabel + `":null}}}`
