@@ -348,10 +348,14 @@ func endAfterBoot(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target st
 		release = target
 	}
 	failed := func(what string) (Ended, bool) {
-		return Ended{Turn: t, Result: ResultTrialFailed, Failed: release, Message: fmt.Sprintf(
-			"The trial boot of release %s on machine %s failed (%s); it returned to its proven slot. "+
-				"No machine gets a Release turn to %s until spec.version changes or a person resumes the rollout (liken rollout resume, or a new value of annotation %s on the Cluster).",
-			release, m.Name, what, release, likenv1.AnnotationResumeRollout)}, true
+		msg := fmt.Sprintf("The trial boot of release %s on machine %s failed (%s); it returned to its proven slot. ", release, m.Name, what)
+		if release == target {
+			msg += fmt.Sprintf("No machine gets a Release turn to %s until spec.version changes or a person resumes the rollout (liken rollout resume, or a new value of annotation %s on the Cluster).",
+				release, likenv1.AnnotationResumeRollout)
+		} else {
+			msg += fmt.Sprintf("spec.version is now %s, so the rollout goes on without halting.", target)
+		}
+		return Ended{Turn: t, Result: ResultTrialFailed, Failed: release, Message: msg}, true
 	}
 	if tf := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionTrialFailed); tf != nil && tf.Status == metav1.ConditionTrue {
 		return failed(clip(tf.Reason, maxMachineReason) + ": " + clip(tf.Message, maxMachineMessage))

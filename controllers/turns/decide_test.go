@@ -687,6 +687,7 @@ func TestTrialFailedHaltNamesTheReleaseThatFailed(t *testing.T) {
 	assert.Equal(t, d.Ended[0].Result, ResultTrialFailed)
 	assert.Equal(t, d.Ended[0].Failed, tu.Version2)
 	assert.Assert(t, is.Contains(d.Ended[0].Message, "release "+tu.Version2))
+	assert.Assert(t, is.Contains(d.Ended[0].Message, "spec.version is now "+version3+", so the rollout goes on without halting"))
 	assert.Assert(t, d.Status.Halt == nil, "a failure of %s halted the rollout of %s: %+v", tu.Version2, version3, d.Status.Halt)
 	assert.DeepEqual(t, granted(d), []string{"b"})
 
