@@ -239,6 +239,13 @@ func TestBudget(t *testing.T) {
 			want:     []string{"a"}, reason: likenv1.ReasonGranting,
 		},
 		{
+			name:     "no leader while another leader's Node shows an earlier boot",
+			cluster:  tu.Cluster("lab", tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.Rebooted), tu.Machine("l2", tu.Leader, tu.WantsReboot), tu.Machine("w1", tu.WantsReboot)},
+			nodes:    map[string]Node{"l1": {State: fleet.NodeReady, BootID: "boot-1-l1"}},
+			want:     []string{"w1"}, reason: likenv1.ReasonGranting,
+		},
+		{
 			name:     "a Node Ready from the machine's boot does not count",
 			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
 			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.Rebooted)},
