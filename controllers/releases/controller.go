@@ -109,11 +109,14 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{}
 	}
-	if cfg.HTTP.Timeout == 0 {
-		h := *cfg.HTTP
+	// A copy: its whole read is bounded (Timeout covers the body), and a
+	// redirect from https to plain http is refused.
+	h := *cfg.HTTP
+	if h.Timeout == 0 {
 		h.Timeout = DefaultTimeout
-		cfg.HTTP = &h
 	}
+	h.CheckRedirect = release.RefuseDowngrade(h.CheckRedirect)
+	cfg.HTTP = &h
 	if cfg.RetryAfterError == 0 {
 		cfg.RetryAfterError = DefaultRetryAfterError
 	}

@@ -275,3 +275,24 @@ func TestCatalogDigestMismatchIsNamed(t *testing.T) {
 	}
 	assert.Assert(t, is.Contains(strings.Join(evs, "\n"), "Warning CatalogDigestMismatch"))
 }
+
+// A channel read over https never continues over plain http.
+func TestRedirectFromHTTPSToHTTPIsRefused(t *testing.T) {
+	ch := newChannel(t, index("2026.11.01-001"))
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, ch.srv.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer tlsSrv.Close()
+	c := tu.Cluster("lab", withSource(tlsSrv.URL+"/liken"))
+	client := likenfake.NewSimpleClientset(c)
+	inf := likeninformers.NewSharedInformerFactory(client, 0)
+	ctrl, err := New(Config{
+		Clusters: inf.Liken().V1alpha1().Clusters(), Client: client.LikenV1alpha1().Clusters(), HTTP: tlsSrv.Client(),
+		Recorder: events.NewFakeRecorder(10), Metrics: metrics.New(), Clock: clocktesting.NewFakeClock(tu.Epoch),
+	})
+	assert.NilError(t, err)
+	res := ctrl.read(context.Background(), c.Spec.Releases.Source)
+	assert.Equal(t, res.reason, ReasonChannelUnreachable)
+	assert.Assert(t, is.Contains(res.message, "refused the redirect from https://"))
+	assert.Equal(t, ch.reads.Load(), int32(0))
+}

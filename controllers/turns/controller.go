@@ -33,6 +33,10 @@ import (
 // FieldManager is the field manager of the turn controller's writes.
 const FieldManager = "cluster-operator-turns"
 
+// maxEventNote is the most bytes the API server keeps in an event's
+// note.
+const maxEventNote = 1024
+
 // Event reasons of the turn controller.
 const (
 	// EventTurnGranted: a machine got a reboot turn.
@@ -231,7 +235,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		if nodes == nil {
 			nodes = make(map[string]Node, len(machines))
 		}
-		nodes[m.Name] = Node{State: fleet.StateOf(n), CordonedByLiken: fleet.CordonedByLiken(n)}
+		nodes[m.Name] = Node{State: fleet.StateOf(n), CordonedByLiken: fleet.CordonedByLiken(n), Heartbeat: fleet.ReadyHeartbeat(n), BootID: n.Status.NodeInfo.BootID}
 	}
 	now := c.cfg.Clock.Now()
 	var silent map[string]bool
@@ -403,7 +407,9 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 	logger := klog.FromContext(ctx)
 	rec := c.cfg.Recorder
 	// event records on the Cluster, and on the Machine when it exists.
+	// The note is clipped to what the API server keeps.
 	event := func(machine, eventType, reason, action, note string) {
+		note = clip(note, maxEventNote)
 		rec.Eventf(cluster, nil, eventType, reason, action, "%s", note)
 		if m := findMachine(machines, machine); m != nil {
 			rec.Eventf(m, cluster, eventType, reason, action, "%s", note)
@@ -416,8 +422,14 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		case ResultFinished:
 			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnFinished, "EndTurn", e.Message)
 			if e.Turn.Reason == likenv1.TurnRelease {
+				// A turn that ends Finished runs the turn's release (an
+				// older ledger entry names none: the machine's release).
+				v := e.Turn.Version
+				if v == "" {
+					v = findMachine(machines, e.Turn.Machine).Status.Version
+				}
 				event(e.Turn.Machine, corev1.EventTypeNormal, EventTrialSucceeded, "Trial", fmt.Sprintf(
-					"Machine %s proved release %s", e.Turn.Machine, findMachine(machines, e.Turn.Machine).Status.Version))
+					"Machine %s proved release %s", e.Turn.Machine, v))
 			}
 		case ResultTrialFailed:
 			event(e.Turn.Machine, corev1.EventTypeWarning, EventTrialFailed, "Trial", e.Message)

@@ -269,9 +269,11 @@ func TestControllerWritesLedgerAndColumnsTogether(t *testing.T) {
 	assert.Assert(t, is.Contains(ready.Message, "a (Updating, runs 2026.11.01-001)"))
 	assert.Equal(t, promtestutil.ToFloat64(f.metrics.Machines.WithLabelValues("lab", "Updating")), 1.0)
 
-	// It finishes: the turn ends and the columns follow in the same write.
+	// It finishes, its kubelet back: the turn ends and the columns follow
+	// in the same write.
 	f.refresh("lab")
 	f.setMachine(tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version2)))
+	assert.NilError(t, f.ctrl.nodes.Update(tu.Node("a", true, tu.Heartbeat(after.Add(time.Second)))))
 	_, err = f.ctrl.Sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.updates(), 3)
@@ -474,7 +476,7 @@ func TestControllerTurnEndsOnANodeAPersonCordoned(t *testing.T) {
 				tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(
 					tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Minute)))),
 				tu.Machine("a", tu.FinishedOn(tu.Version2)),
-				tu.Node("a", true, tc.node))
+				tu.Node("a", true, tc.node, tu.Heartbeat(after)))
 			_, err := f.ctrl.Sync(context.Background(), "lab")
 			assert.NilError(t, err)
 			c := f.stored("lab")
@@ -519,4 +521,47 @@ func TestMachineChangedWakesItsCluster(t *testing.T) {
 	assert.Equal(t, f.ctrl.queue.Len(), 0)
 	f.ctrl.MachineChanged("a")
 	assert.Equal(t, f.ctrl.queue.Len(), 1)
+}
+
+// A leader's turn ends only once its Node shows the kubelet of the new
+// boot: Kubernetes keeps a silent Node Ready for about 40 s, and ending
+// the turn on that Ready would let the next leader go down while this
+// one's datastore member is not back.
+func TestControllerLeaderTurnEndsWhenItsNodeIsBack(t *testing.T) {
+	granted := after.Add(-time.Minute)
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3"), tu.Turns(tu.Turn("l1", likenv1.TurnRelease, true, granted))),
+		tu.Machine("l1", tu.Leader, tu.FinishedOn(tu.Version2)),
+		tu.Machine("l2", tu.Leader, tu.WantsRelease),
+		tu.Node("l1", true, tu.Heartbeat(granted.Add(-5*time.Second)), tu.NodeBootID("boot-1-l1")),
+		tu.Node("l2", true, tu.Heartbeat(granted)))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "l1", "the turn ended on a Node Ready from before the reboot")
+
+	// The kubelet of the new boot posts Ready.
+	f.refresh("lab")
+	n := tu.Node("l1", true, tu.Heartbeat(after), tu.NodeBootID("boot-2-l1"))
+	assert.NilError(t, f.ctrl.nodes.Update(n))
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "l2")
+	assert.Assert(t, is.Contains(strings.Join(f.events(), "\n"), "Normal TrialSucceeded Machine l1 proved release "+tu.Version2))
+}
+
+// Events carry at most 1024 bytes of note: a machine's long TrialFailed
+// text is clipped, not refused by the API server.
+func TestControllerEventNotesAreBounded(t *testing.T) {
+	b := tu.Machine("b", tu.WantsRelease, tu.TrialFailed)
+	b.Status.Conditions[0].Message = strings.Repeat("x", 32<<10)
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(tu.Turn("b", likenv1.TurnRelease, false, after.Add(-time.Minute)))), b)
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	evs := f.events()
+	assert.Assert(t, len(evs) > 0)
+	for _, e := range evs {
+		_, note, _ := strings.Cut(e, " ")   // type
+		_, note, _ = strings.Cut(note, " ") // reason
+		assert.Assert(t, len(note) <= 1024, "event note of %d bytes: %.80s", len(note), e)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,15 @@ type Node struct {
 	// uncordons it before the turn ends. A cordon a person set is not
 	// liken's: the machine leaves it in place and it does not hold a turn.
 	CordonedByLiken bool
+	// Heartbeat is the lastHeartbeatTime of the Node's Ready condition:
+	// when the kubelet last posted it. After a reboot Kubernetes keeps a
+	// silent Node Ready for a while; only a heartbeat after a turn's grant
+	// shows the kubelet back.
+	Heartbeat time.Time
+	// BootID is the Node's status.nodeInfo.bootID, the boot its kubelet
+	// last reported; empty when the kubelet reports none (simulated
+	// Nodes).
+	BootID string
 }
 
 // Input is everything one decision reads. Nothing in it is changed.
@@ -49,13 +59,16 @@ type Result string
 
 // Results of a turn.
 const (
-	// ResultFinished: the machine came back Ready from a new boot.
+	// ResultFinished: the machine came back Ready from a new boot, and
+	// its Node is Ready from that boot.
 	ResultFinished Result = "Finished"
 	// ResultTrialFailed: the machine came back from a new boot and reports
-	// TrialFailed.
+	// TrialFailed, or its Release turn ended on a new boot that does not
+	// run the turn's release.
 	ResultTrialFailed Result = "TrialFailed"
-	// ResultTakenBack: the need vanished before the machine started, its
-	// approval was withdrawn, or the machine was deleted.
+	// ResultTakenBack: the need vanished before the machine started, it
+	// turned Degraded before it started, its approval was withdrawn, or
+	// the machine was deleted.
 	ResultTakenBack Result = "TakenBack"
 	// ResultReleased: a person resumed a stalled rollout.
 	ResultReleased Result = "Released"
@@ -66,6 +79,10 @@ type Ended struct {
 	Turn    likenv1.RebootTurn
 	Result  Result
 	Message string
+	// Failed is, for a failed trial, the release that failed (the turn's
+	// release, or the machine's staged one for a turn granted before
+	// turns recorded it).
+	Failed string
 }
 
 // Decision is the new status and what changed, for events and metrics.
@@ -120,7 +137,7 @@ func Decide(in Input) Decision {
 	kept := st.RebootTurns[:0:0]
 	for _, t := range st.RebootTurns {
 		m := findMachine(in.Machines, t.Machine)
-		if e, over := turnOver(t, m, in.Nodes[t.Machine]); over {
+		if e, over := turnOver(t, m, in.Nodes[t.Machine], c.Spec.Version); over {
 			d.Ended = append(d.Ended, e)
 			if e.Result == ResultTrialFailed && failed == nil {
 				failed = &d.Ended[len(d.Ended)-1]
@@ -150,11 +167,15 @@ func Decide(in Input) Decision {
 	if st.Halt != nil && st.Halt.Reason == likenv1.ReasonTrialFailed && st.Halt.Version != c.Spec.Version {
 		lift(fmt.Sprintf("spec.version changed from %s to %s", st.Halt.Version, c.Spec.Version))
 	}
-	if failed != nil {
+	// A failed trial halts the rollout of the release that failed. A
+	// release that is no longer spec.version (the Cluster was retargeted
+	// while the trial ran) cannot spread any more: the failure is reported,
+	// and the rollout of the new target goes on.
+	if failed != nil && failed.Failed == c.Spec.Version {
 		st.Halt = &likenv1.RolloutHalt{
 			Reason:  likenv1.ReasonTrialFailed,
 			Machine: failed.Turn.Machine,
-			Version: c.Spec.Version,
+			Version: failed.Failed,
 			Message: failed.Message,
 			Since:   metav1.NewTime(in.Now),
 		}
@@ -180,8 +201,12 @@ func Decide(in Input) Decision {
 	// Grant.
 	maxUnavailable, budgetErr := c.Spec.Disruption.MaxUnavailableFor(len(in.Machines))
 	inLedger := func(name string) bool { return fleet.FindTurn(st.RebootTurns, name) != nil }
+	inTrial := func(name string) bool {
+		t := fleet.FindTurn(st.RebootTurns, name)
+		return t != nil && t.Reason == likenv1.TurnRelease
+	}
 	unavailable := func(m *likenv1.Machine) bool {
-		return m.Status.Phase == likenv1.MachineLost || in.Silent[m.Name] || in.Nodes[m.Name].State == fleet.NodeNotReady
+		return m.Status.Phase == likenv1.MachineLost || in.Silent[m.Name] || nodeNotReady(m, in.Nodes[m.Name])
 	}
 	d.Waiting = waiting(in.Machines, func(name string) bool { return inLedger(name) || in.Silent[name] })
 	var blocked *metav1.Condition
@@ -207,10 +232,17 @@ func Decide(in Input) Decision {
 				free--
 			}
 		}
-		leadersBehind := false
+		// The kubelet is never newer than the API server: an upgrade goes
+		// leaders first, a downgrade workers first. A machine in a trial
+		// (or holding its Release turn) is not on any release yet: its
+		// trial may still fail.
+		leadersBehind, workersAhead := false, false
 		for _, m := range in.Machines {
-			if fleet.IsLeader(m) && m.Status.Version != c.Spec.Version {
+			switch {
+			case fleet.IsLeader(m) && behind(m, c.Spec.Version, inTrial):
 				leadersBehind = true
+			case !fleet.IsLeader(m) && ahead(m, c.Spec.Version, inTrial):
+				workersAhead = true
 			}
 		}
 		leaderDownOtherThan := func(name string) bool {
@@ -227,8 +259,14 @@ func Decide(in Input) Decision {
 			// reports an earlier target staged (spec.version just changed,
 			// and it has not staged the new one yet) would reboot into the
 			// wrong release, or be taken back as soon as it restages.
-			if reason == likenv1.TurnRelease && (trialHalt || m.Status.Staged != c.Spec.Version || !fleet.IsLeader(m) && leadersBehind) {
+			if reason == likenv1.TurnRelease && (trialHalt || m.Status.Staged != c.Spec.Version) {
 				continue
+			}
+			if reason == likenv1.TurnRelease && fleet.IsLeader(m) && workersAhead && c.Spec.Version < m.Status.Version {
+				continue // a downgrade: the workers first
+			}
+			if reason == likenv1.TurnRelease && !fleet.IsLeader(m) && leadersBehind && c.Spec.Version > m.Status.Version {
+				continue // an upgrade: the leaders first
 			}
 			if fleet.IsLeader(m) && leaderDownOtherThan(m.Name) {
 				continue
@@ -248,6 +286,9 @@ func Decide(in Input) Decision {
 				Leader:    fleet.IsLeader(m),
 				BootID:    m.Status.Observed.BootID,
 				GrantedAt: metav1.NewTime(in.Now),
+			}
+			if reason == likenv1.TurnRelease {
+				t.Version = m.Status.Staged
 			}
 			st.RebootTurns = append(st.RebootTurns, t)
 			d.Granted = append(d.Granted, t)
@@ -272,7 +313,7 @@ func Decide(in Input) Decision {
 			}
 		}
 		cond.Message = grantingMessage(st.RebootTurns, down, d.Waiting, inLedger, maxUnavailable)
-		cond.Message += leadersFirstMessage(in.Machines, d.Waiting, inLedger, c.Spec.Version)
+		cond.Message += orderMessage(in.Machines, d.Waiting, inLedger, inTrial, c.Spec.Version)
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonIdle
 		cond.Message = "No machine holds or waits for a reboot turn."
@@ -284,40 +325,114 @@ func Decide(in Input) Decision {
 	return d
 }
 
-// turnOver says whether the ledger entry t ends, and how.
-func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool) {
+// turnOver says whether the ledger entry t ends, and how. target is
+// spec.version, the release a turn granted before turns recorded theirs
+// was for.
+func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target string) (Ended, bool) {
 	if m == nil {
 		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
 			"Took back the turn of machine %s: the Machine was deleted", t.Machine)}, true
 	}
 	boot := m.Status.Observed.BootID
-	newBoot := boot != "" && boot != t.BootID
-	if newBoot {
-		if tf := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionTrialFailed); tf != nil && tf.Status == metav1.ConditionTrue {
-			return Ended{Turn: t, Result: ResultTrialFailed, Message: fmt.Sprintf(
-				"The trial boot of machine %s failed (%s: %s); it returned to its proven slot. "+
-					"No machine gets a Release turn until spec.version changes or a person resumes the rollout (liken rollout resume, or a new value of annotation %s on the Cluster).",
-				m.Name, tf.Reason, tf.Message, likenv1.AnnotationResumeRollout)}, true
+	if boot != "" && boot != t.BootID {
+		return endAfterBoot(t, m, node, target)
+	}
+	return endBeforeStart(t, m, node)
+}
+
+// endAfterBoot says whether the turn t of machine m, back from a new boot,
+// ends, and how.
+func endAfterBoot(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target string) (Ended, bool) {
+	release := t.Version
+	if release == "" {
+		release = target
+	}
+	failed := func(what string) (Ended, bool) {
+		msg := fmt.Sprintf("The trial boot of release %s on machine %s failed (%s); it returned to its proven slot. ", release, m.Name, what)
+		if release == target {
+			msg += fmt.Sprintf("No machine gets a Release turn to %s until spec.version changes or a person resumes the rollout (liken rollout resume, or a new value of annotation %s on the Cluster).",
+				release, likenv1.AnnotationResumeRollout)
+		} else {
+			msg += fmt.Sprintf("spec.version is now %s, so the rollout goes on without halting.", target)
 		}
-		if m.Status.Phase == likenv1.MachineReady && !node.CordonedByLiken {
-			return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
-				"Machine %s finished its %s turn: Ready on %s from a new boot", m.Name, t.Reason, m.Status.Version)}, true
-		}
+		return Ended{Turn: t, Result: ResultTrialFailed, Failed: release, Message: msg}, true
+	}
+	if tf := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionTrialFailed); tf != nil && tf.Status == metav1.ConditionTrue {
+		return failed(clip(tf.Reason, maxMachineReason) + ": " + clip(tf.Message, maxMachineMessage))
+	}
+	var done string
+	switch m.Status.Phase {
+	case likenv1.MachineReady:
+		done = "Ready on " + m.Status.Version + " from a new boot"
+	case likenv1.MachineDownloading, likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
 		// Back from the reboot and already asking for something else (a
 		// change that arrived during the turn): this turn is over, and the
-		// new change asks for a turn of its own.
-		switch m.Status.Phase {
-		case likenv1.MachineDownloading, likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
-			if m.Status.Change != t.Change && !node.CordonedByLiken {
-				return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
-					"Machine %s finished its %s turn: it is back from a new boot on %s and now has another change staged", m.Name, t.Reason, m.Status.Version)}, true
-			}
+		// new change asks for a turn of its own. The same change still
+		// asking means the reboot came before the turn's own (a power
+		// cut): the machine takes the turn again.
+		if m.Status.Change == t.Change {
+			return Ended{}, false
 		}
+		done = "back from a new boot on " + m.Status.Version + " and now has another change staged"
+		if m.Status.Change == "" {
+			done = "back from a new boot on " + m.Status.Version + " and downloading another release, nothing staged"
+		}
+	default:
 		return Ended{}, false
 	}
+	// Whatever the machine reports, a Release turn is proven only by a
+	// boot that runs its release.
+	if t.Reason == likenv1.TurnRelease && t.Version != "" && m.Status.Version != t.Version {
+		return failed(fmt.Sprintf("it is back from a new boot on release %s, not on %s, and reports %s", m.Status.Version, t.Version, m.Status.Phase))
+	}
+	if node.CordonedByLiken || !nodeBack(t, node) {
+		return Ended{}, false
+	}
+	return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf("Machine %s finished its %s turn: %s", m.Name, t.Reason, done)}, true
+}
+
+// nodeBack is true when the machine's Node shows its kubelet back after
+// the turn's reboot: Ready, with a heartbeat after the grant, from a boot
+// other than the one the turn was granted in (when the kubelet reports
+// its boot ID). A Kubernetes Node stays Ready for about 40 s after its
+// kubelet went silent, so Ready alone may be the last boot's word. A
+// machine without a Node is judged by its own status.
+func nodeBack(t likenv1.RebootTurn, node Node) bool {
+	if node.State == fleet.NodeMissing {
+		return true
+	}
+	return node.State == fleet.NodeReady && node.Heartbeat.After(t.GrantedAt.Time) && (node.BootID == "" || node.BootID != t.BootID)
+}
+
+// nodeNotReady is true when machine m's Node is NotReady, or Ready only by
+// the word of an earlier boot: its kubelet reports a boot ID that is not
+// the machine's.
+func nodeNotReady(m *likenv1.Machine, node Node) bool {
+	switch {
+	case node.State == fleet.NodeNotReady:
+		return true
+	case node.State == fleet.NodeReady:
+		return node.BootID != "" && m.Status.Observed.BootID != "" && node.BootID != m.Status.Observed.BootID
+	}
+	return false
+}
+
+// endBeforeStart says whether the turn t of machine m, still in the boot
+// it was granted in, ends, and how.
+func endBeforeStart(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool) {
 	switch m.Status.Phase {
-	case likenv1.MachineUpdating, likenv1.MachineRebooting, likenv1.MachineLost, likenv1.MachineDegraded:
+	case likenv1.MachineUpdating, likenv1.MachineRebooting, likenv1.MachineLost:
 		return Ended{}, false // started (or cannot tell): the turn stays
+	case likenv1.MachineDegraded:
+		if node.CordonedByLiken {
+			return Ended{}, false // it cordoned for the turn: it started
+		}
+		why := "see its conditions"
+		if r := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionReady); r != nil && r.Message != "" {
+			why = clip(r.Message, maxMachineMessage)
+		}
+		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
+			"Took back the turn of machine %s before it started: it is Degraded (%s); it asks again once a person fixed it", m.Name, why)}, true
 	}
 	if m.Status.Change != t.Change {
 		why := fmt.Sprintf("its staged change is now %q, not %q", m.Status.Change, t.Change)
@@ -333,6 +448,49 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool)
 			m.Name, likenv1.AnnotationApprovedChange, t.Change)}, true
 	}
 	return Ended{}, false
+}
+
+// unproven is true for a machine whose new release is not proven yet: it
+// is Updating (in its trial boot, or on its way there), or holds a
+// Release turn (inTrial). Its trial may still fail and bring it back to
+// the release it ran before.
+func unproven(m *likenv1.Machine, inTrial func(string) bool) bool {
+	return m.Status.Phase == likenv1.MachineUpdating || inTrial(m.Name)
+}
+
+// behind is true for a machine that does not run version or a later
+// release yet, or runs one unproven. Versions (YYYY.MM.DD-NNN) order as
+// text.
+func behind(m *likenv1.Machine, version string, inTrial func(string) bool) bool {
+	return m.Status.Version < version || unproven(m, inTrial)
+}
+
+// ahead is true for a machine that runs a release later than version, or
+// runs one unproven.
+func ahead(m *likenv1.Machine, version string, inTrial func(string) bool) bool {
+	return m.Status.Version > version || unproven(m, inTrial)
+}
+
+// Machine-written text that a decision copies into the Cluster's status
+// and events is clipped to these many bytes: a condition message holds at
+// most 32768 bytes and an event's note 1024, and one machine's long
+// message must not make every ledger write fail.
+const (
+	maxMachineReason  = 128
+	maxMachineMessage = 512
+)
+
+// clip returns s cut to at most n bytes on a character boundary, with
+// "..." when it was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // waiting are the machines that ask for a turn they may have, leaders
@@ -405,40 +563,57 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) 
 		t.Machine, t.Reason, t.GrantedAt.UTC().Format(time.RFC3339), timeout, cluster, likenv1.AnnotationResumeRollout)
 }
 
-// leadersFirstMessage explains why workers that wait for a Release turn
-// get none: every leader updates first. It names the leaders not yet on
-// version and what each of them waits for; it is empty when no worker
-// waits for that reason.
-func leadersFirstMessage(machines, waiting []*likenv1.Machine, inLedger func(string) bool, version string) string {
-	workerWaits := false
+// orderMessage explains why machines that wait for a Release turn get
+// none because of the order: in an upgrade every leader runs version
+// before any worker; in a downgrade every worker runs it before any
+// leader. It names the machines of the other group not proven on version
+// yet and what each of them does; it is empty when nobody waits for that
+// reason.
+func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(string) bool, version string) string {
+	upgrade, downgrade := false, false
 	for _, m := range waiting {
-		if !fleet.IsLeader(m) && !inLedger(m.Name) && reasonFor(m) == likenv1.TurnRelease {
-			workerWaits = true
-			break
-		}
-	}
-	if !workerWaits {
-		return ""
-	}
-	var behind nameList
-	for _, m := range machines {
-		if !fleet.IsLeader(m) || m.Status.Version == version {
+		if inLedger(m.Name) || reasonFor(m) != likenv1.TurnRelease {
 			continue
 		}
-		phase := string(m.Status.Phase)
-		if phase == "" {
-			phase = "no status yet"
+		switch {
+		case !fleet.IsLeader(m) && version > m.Status.Version:
+			upgrade = true
+		case fleet.IsLeader(m) && version < m.Status.Version:
+			downgrade = true
 		}
-		note := phase
+	}
+	var b strings.Builder
+	if upgrade {
+		if l := blocking(machines, true, func(m *likenv1.Machine) bool { return behind(m, version, inTrial) }, inLedger); l.n > 0 {
+			fmt.Fprintf(&b, " Workers update to %s after every leader runs it; leaders not on it yet: %s.", version, l)
+		}
+	}
+	if downgrade {
+		if l := blocking(machines, false, func(m *likenv1.Machine) bool { return ahead(m, version, inTrial) }, inLedger); l.n > 0 {
+			fmt.Fprintf(&b, " Leaders go back to %s after every worker runs it (a downgrade goes workers first); workers not on it yet: %s.", version, l)
+		}
+	}
+	return b.String()
+}
+
+// blocking lists the leaders (or the workers) for which pending is true,
+// each with its phase and what it waits for.
+func blocking(machines []*likenv1.Machine, leaders bool, pending func(*likenv1.Machine) bool, inLedger func(string) bool) nameList {
+	var out nameList
+	for _, m := range machines {
+		if fleet.IsLeader(m) != leaders || !pending(m) {
+			continue
+		}
+		note := string(m.Status.Phase)
+		if note == "" {
+			note = "no status yet"
+		}
 		if fleet.IsManual(m) && m.Status.Change != "" && !fleet.Approved(m, m.Status.Change) && !inLedger(m.Name) {
 			note += ", waits for `liken approve-reboot " + m.Name + "`"
 		}
-		behind.add(m.Name + " (" + note + ")")
+		out.add(m.Name + " (" + note + ")")
 	}
-	if behind.n == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" Workers update to %s after every leader runs it; leaders not on it yet: %s.", version, behind)
+	return out
 }
 
 func grantingMessage(turns []likenv1.RebootTurn, down nameList, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -203,6 +204,55 @@ func TestBudget(t *testing.T) {
 			want: []string{"w-reboot"}, reason: likenv1.ReasonGranting,
 		},
 		{
+			name:    "a leader in its trial holds back worker Release turns",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3"), tu.Turns(tu.Turn("l1", likenv1.TurnRelease, true, after))),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsRelease, tu.Rebooted, onV2, tu.Phase(likenv1.MachineUpdating)),
+				tu.Machine("w1", tu.WantsRelease)},
+			want: nil, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "a leader Updating without a turn is not proven either",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsRelease, tu.Rebooted, onV2, tu.Phase(likenv1.MachineUpdating)),
+				tu.Machine("w1", tu.WantsRelease)},
+			want: nil, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "a downgrade goes workers first",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version1), tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsRelease, onV2, staged(tu.Version1)),
+				tu.Machine("w1", tu.WantsRelease, onV2, staged(tu.Version1))},
+			want: []string{"w1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:    "a downgrade reaches the leaders once every worker runs the target",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version1), tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsRelease, onV2, staged(tu.Version1)),
+				tu.Machine("w1", tu.FinishedOn(tu.Version1))},
+			want: []string{"l1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a Node Ready by the word of an earlier boot counts as NotReady",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.Rebooted)},
+			nodes:    map[string]Node{"c": {State: fleet.NodeReady, BootID: "boot-1-c"}},
+			want:     []string{"a"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "no leader while another leader's Node shows an earlier boot",
+			cluster:  tu.Cluster("lab", tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.Rebooted), tu.Machine("l2", tu.Leader, tu.WantsReboot), tu.Machine("w1", tu.WantsReboot)},
+			nodes:    map[string]Node{"l1": {State: fleet.NodeReady, BootID: "boot-1-l1"}},
+			want:     []string{"w1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a Node Ready from the machine's boot does not count",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.Rebooted)},
+			nodes:    map[string]Node{"c": {State: fleet.NodeReady, BootID: "boot-2-c"}},
+			want:     []string{"a", "b"}, reason: likenv1.ReasonGranting,
+		},
+		{
 			name:     "byte order of names within a group",
 			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
 			machines: []*likenv1.Machine{tu.Machine("node-2", tu.WantsRelease), tu.Machine("node-10", tu.WantsRelease), tu.Machine("Node-3", tu.WantsRelease)},
@@ -266,6 +316,9 @@ func TestBudget(t *testing.T) {
 				assert.Equal(t, g.BootID, m.Status.Observed.BootID)
 				assert.Equal(t, g.Leader, fleet.IsLeader(m))
 				assert.Equal(t, g.GrantedAt.Time, after)
+				if g.Reason == likenv1.TurnRelease {
+					assert.Equal(t, g.Version, m.Status.Staged, "a Release turn records the release it is for")
+				}
 			}
 		})
 	}
@@ -335,6 +388,9 @@ func TestGrantsRespectBudgetOverSuccessiveDecisions(t *testing.T) {
 
 func TestTurnsEnd(t *testing.T) {
 	granted := after.Add(-time.Minute)
+	// back is a Node whose kubelet posted Ready after the grant from the
+	// machine's new boot.
+	back := Node{State: fleet.NodeReady, Heartbeat: after, BootID: "boot-2-a"}
 	cases := []struct {
 		name    string
 		turn    likenv1.RebootTurn
@@ -345,16 +401,57 @@ func TestTurnsEnd(t *testing.T) {
 	}{
 		{name: "ready from a new boot finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), result: ResultFinished, message: "Ready on " + tu.Version2},
+		{name: "ready from a new boot with its Node back finishes", turn: tu.Turn("a", likenv1.TurnRelease, true, granted),
+			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version2)), node: back, result: ResultFinished, message: "Ready on " + tu.Version2},
+		{name: "a simulated Node without boot ID is back with a heartbeat after the grant", turn: tu.Turn("a", likenv1.TurnReboot, true, granted),
+			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version1)), node: Node{State: fleet.NodeReady, Heartbeat: after},
+			result: ResultFinished, message: "Ready on " + tu.Version1},
+		{name: "a leader whose Node is Ready with a heartbeat from before the grant keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, true, granted),
+			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version2)), node: Node{State: fleet.NodeReady, Heartbeat: granted.Add(-10 * time.Second), BootID: "boot-2-a"}},
+		{name: "a leader whose Node is Ready in the same second as the grant keeps the turn", turn: tu.Turn("a", likenv1.TurnReboot, true, granted),
+			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version1)), node: Node{State: fleet.NodeReady, Heartbeat: granted}},
+		{name: "a leader whose Node reports the boot of the grant keeps the turn", turn: tu.Turn("a", likenv1.TurnReboot, true, granted),
+			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version1)), node: Node{State: fleet.NodeReady, Heartbeat: after, BootID: "boot-1-a"}},
+		{name: "a leader whose Node is NotReady keeps the turn", turn: tu.Turn("a", likenv1.TurnReboot, true, granted),
+			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version1)), node: Node{State: fleet.NodeNotReady, Heartbeat: after, BootID: "boot-2-a"}},
+		{name: "a worker whose Node is Ready from before the grant keeps the turn too", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), node: Node{State: fleet.NodeReady, Heartbeat: granted.Add(-time.Second)}},
+		{name: "ready from a new boot on the old release is a failed trial", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.FinishedOn(tu.Version1)), node: back, result: ResultTrialFailed,
+			message: "back from a new boot on release " + tu.Version1 + ", not on " + tu.Version2},
+		{name: "back downloading with nothing staged on the old release is a failed trial", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Rebooted, tu.Phase(likenv1.MachineDownloading), tu.Change("")), node: back, result: ResultTrialFailed,
+			message: "and reports Downloading"},
+		{name: "back downloading another release on the turn's release finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Rebooted, tu.Runs(tu.Version2), tu.Phase(likenv1.MachineDownloading), tu.Change("")), node: back,
+			result: ResultFinished, message: "downloading another release"},
+		{name: "a Release turn recorded without its release is judged by the machine", turn: func() likenv1.RebootTurn {
+			t := tu.Turn("a", likenv1.TurnRelease, false, granted)
+			t.Version = ""
+			return t
+		}(), machine: tu.Machine("a", tu.FinishedOn(tu.Version1)), result: ResultFinished},
+		{name: "back from a new boot with the same change asking keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.WantsRelease, tu.Rebooted), node: back},
+		{name: "degraded before it started gives the turn back", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Phase(likenv1.MachineDegraded), degradedBecause("apply failed: sysctl net.core.somaxconn")),
+			result:  ResultTakenBack, message: "it is Degraded (apply failed: sysctl net.core.somaxconn)"},
+		{name: "degraded with its change still reported gives the turn back", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.WantsRelease, tu.Phase(likenv1.MachineDegraded)), result: ResultTakenBack, message: "Degraded"},
+		{name: "degraded after liken cordoned keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			machine: tu.Machine("a", tu.Phase(likenv1.MachineDegraded)), node: Node{State: fleet.NodeReady, CordonedByLiken: true}},
 		{name: "ready from a new boot but still cordoned by liken keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), node: Node{State: fleet.NodeReady, CordonedByLiken: true}},
 		{name: "ready from the same boot keeps the turn of a started machine", turn: tu.Turn("a", likenv1.TurnReboot, false, granted),
 			machine: tu.Machine("a", tu.WantsReboot, tu.Phase(likenv1.MachineRebooting))},
 		{name: "back from a new boot with another change staged finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
-			machine: tu.Machine("a", tu.WantsReboot, tu.Change("change-newer"), tu.Rebooted), result: ResultFinished, message: "another change staged"},
+			machine: tu.Machine("a", tu.WantsReboot, tu.Runs(tu.Version2), tu.Change("change-newer"), tu.Rebooted), result: ResultFinished, message: "another change staged"},
 		{name: "back from a new boot with another change but still cordoned by liken keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
-			machine: tu.Machine("a", tu.WantsReboot, tu.Change("change-newer"), tu.Rebooted), node: Node{State: fleet.NodeReady, CordonedByLiken: true}},
+			machine: tu.Machine("a", tu.WantsReboot, tu.Runs(tu.Version2), tu.Change("change-newer"), tu.Rebooted), node: Node{State: fleet.NodeReady, CordonedByLiken: true, Heartbeat: after}},
 		{name: "failed trial ends the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.WantsRelease, tu.TrialFailed), result: ResultTrialFailed, message: "NoRejoin"},
+		{name: "a failed trial ends the turn without waiting for the Node", turn: tu.Turn("a", likenv1.TurnRelease, true, granted),
+			machine: tu.Machine("a", tu.Leader, tu.WantsRelease, tu.TrialFailed), node: Node{State: fleet.NodeReady, Heartbeat: granted.Add(-time.Minute), BootID: "boot-1-a"},
+			result: ResultTrialFailed, message: "NoRejoin"},
 		{name: "deleted machine", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			result: ResultTakenBack, message: "Machine was deleted"},
 		{name: "new staged change before start", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
@@ -391,6 +488,16 @@ func TestTurnsEnd(t *testing.T) {
 			assert.Assert(t, is.Contains(d.Ended[0].Message, tc.message))
 			assert.Equal(t, len(d.Status.RebootTurns), 0)
 			assert.Equal(t, d.Status.Turns, "")
+		})
+	}
+}
+
+// degradedBecause makes the machine's Ready condition say why it is
+// Degraded, as the node daemon writes it.
+func degradedBecause(msg string) func(*likenv1.Machine) {
+	return func(m *likenv1.Machine) {
+		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
+			Type: likenv1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(likenv1.MachineDegraded), Message: msg,
 		})
 	}
 }
@@ -477,7 +584,7 @@ func TestTrialFailedHaltsReleaseTurns(t *testing.T) {
 	cond := progressing(t, d.Status)
 	assert.Equal(t, cond.Status, metav1.ConditionFalse)
 	assert.Equal(t, cond.Reason, likenv1.ReasonTrialFailed)
-	assert.Assert(t, is.Contains(cond.Message, "trial boot of machine a failed"))
+	assert.Assert(t, is.Contains(cond.Message, "trial boot of release "+tu.Version2+" on machine a failed"))
 	assert.Assert(t, is.Contains(cond.Message, "NoRejoin"))
 	assert.DeepEqual(t, granted(d), []string{"c"}) // Reboot turns go on
 
@@ -573,4 +680,94 @@ func TestWorkersWaitingBehindALeaderSayWhy(t *testing.T) {
 	machines[0] = tu.Machine("leader-1", tu.Leader, tu.FinishedOn(tu.Version2))
 	d = Decide(input(c, machines, nil))
 	assert.Assert(t, !strings.Contains(progressing(t, d.Status).Message, "leaders not on it"))
+}
+
+// After a retarget, the failure of the earlier target's trial is reported
+// but does not halt the rollout of the new one: the halt names the
+// release that failed, and only a failure of spec.version halts.
+func TestTrialFailedHaltNamesTheReleaseThatFailed(t *testing.T) {
+	const version3 = "2026.11.28-001"
+	c := tu.Cluster("lab", tu.TargetVersion(version3), tu.MaxUnavailable("2"), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, after.Add(-5*time.Minute))))
+	machines := []*likenv1.Machine{
+		tu.Machine("a", tu.WantsRelease, tu.TrialFailed),
+		tu.Machine("b", tu.WantsRelease, staged(version3)),
+	}
+	d := Decide(input(c, machines, nil))
+	assert.Equal(t, len(d.Ended), 1)
+	assert.Equal(t, d.Ended[0].Result, ResultTrialFailed)
+	assert.Equal(t, d.Ended[0].Failed, tu.Version2)
+	assert.Assert(t, is.Contains(d.Ended[0].Message, "release "+tu.Version2))
+	assert.Assert(t, is.Contains(d.Ended[0].Message, "spec.version is now "+version3+", so the rollout goes on without halting"))
+	assert.Assert(t, d.Status.Halt == nil, "a failure of %s halted the rollout of %s: %+v", tu.Version2, version3, d.Status.Halt)
+	assert.DeepEqual(t, granted(d), []string{"b"})
+
+	// The same failure while spec.version is the release that failed
+	// halts, and the halt names that release.
+	c.Spec.Version = tu.Version2
+	d = Decide(input(c, []*likenv1.Machine{machines[0], tu.Machine("b", tu.WantsRelease)}, nil))
+	assert.Assert(t, d.Status.Halt != nil)
+	assert.Equal(t, d.Status.Halt.Version, tu.Version2)
+	assert.Equal(t, len(d.Granted), 0)
+
+	// Retargeted to version3, the halt of version2 lifts.
+	c.Status = d.Status
+	c.Spec.Version = version3
+	d = Decide(input(c, machines[1:], nil))
+	assert.Assert(t, d.Status.Halt == nil)
+	assert.DeepEqual(t, granted(d), []string{"b"})
+}
+
+// A resumed rollout halts again at the next failure, even when the
+// machine does not report TrialFailed: a Release turn that ends on a new
+// boot of the old release failed.
+func TestFailureAfterResumeHaltsAgain(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2))
+	c.Status.Halt = &likenv1.RolloutHalt{Reason: likenv1.ReasonTrialFailed, Machine: "a", Version: tu.Version2, Since: metav1.NewTime(after.Add(-time.Hour))}
+	c.Annotations[likenv1.AnnotationResumeRollout] = "try-again"
+	machines := []*likenv1.Machine{tu.Machine("a", tu.Phase(likenv1.MachineDegraded)), tu.Machine("b", tu.WantsRelease)}
+	d := Decide(input(c, machines, nil))
+	assert.Assert(t, d.Status.Halt == nil)
+	assert.DeepEqual(t, granted(d), []string{"b"})
+
+	// b's trial fails; its daemon reports Ready on the old release without
+	// TrialFailed.
+	c.Status = d.Status
+	c.Status.RebootTurns[0].GrantedAt = metav1.NewTime(after.Add(-5 * time.Minute))
+	machines[1] = tu.Machine("b", tu.FinishedOn(tu.Version1))
+	d = Decide(input(c, machines, nil))
+	assert.Equal(t, len(d.Ended), 1)
+	assert.Equal(t, d.Ended[0].Result, ResultTrialFailed)
+	assert.Assert(t, d.Status.Halt != nil, "the failure after a resume did not halt the rollout")
+	assert.Equal(t, d.Status.Halt.Machine, "b")
+	assert.Equal(t, d.Status.Halt.Version, tu.Version2)
+	assert.Equal(t, progressing(t, d.Status).Reason, likenv1.ReasonTrialFailed)
+}
+
+// One machine's long TrialFailed text must not push the Cluster's
+// Progressing message past what the API server accepts (32768 bytes), or
+// every ledger write would fail.
+func TestMachineTextInTheLedgerIsBounded(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, after.Add(-5*time.Minute))))
+	a := tu.Machine("a", tu.WantsRelease, tu.TrialFailed)
+	a.Status.Conditions[0].Reason = strings.Repeat("R", 1024)
+	a.Status.Conditions[0].Message = strings.Repeat("é", 16<<10) // 32 KiB
+	d := Decide(input(c, []*likenv1.Machine{a}, nil))
+	assert.Equal(t, d.Ended[0].Result, ResultTrialFailed)
+	msg := progressing(t, d.Status).Message
+	assert.Assert(t, len(msg) <= 2048, "Progressing message of %d bytes", len(msg))
+	assert.Assert(t, utf8.ValidString(msg))
+	assert.Assert(t, is.Contains(msg, "..."))
+	assert.Equal(t, d.Status.Halt.Message, msg)
+}
+
+func TestDowngradeSaysWhy(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version1), tu.MaxUnavailable("2"))
+	machines := []*likenv1.Machine{
+		tu.Machine("l1", tu.Leader, tu.WantsRelease, tu.Runs(tu.Version2), staged(tu.Version1)),
+		tu.Machine("w1", tu.Manual, tu.WantsRelease, tu.Runs(tu.Version2), staged(tu.Version1)),
+	}
+	d := Decide(input(c, machines, nil))
+	assert.Equal(t, len(d.Granted), 0)
+	assert.Equal(t, progressing(t, d.Status).Message, "Waiting for a turn: l1. Leaders go back to "+tu.Version1+
+		" after every worker runs it (a downgrade goes workers first); workers not on it yet: w1 (UpdatePending, waits for `liken approve-reboot w1`).")
 }

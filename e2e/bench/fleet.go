@@ -641,6 +641,12 @@ func (m *simMachine) takeTurn(t likenv1.RebootTurn) {
 	case <-time.After(m.f.o.RebootFor):
 	}
 	if m.f.o.Nodes {
+		// The kubelet of the new boot posts Ready: cluster-operator ends
+		// the turn only on a Ready posted after the grant.
+		if err := controlplane.SetNodePower(m.f.ctx, m.f.Kube, m.name, true); err != nil {
+			m.f.fail("machine %s: its Node back from the reboot: %v", m.name, err)
+			return
+		}
 		if err := m.cordon(false); err != nil {
 			m.f.fail("%v", err)
 			return

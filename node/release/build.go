@@ -262,7 +262,7 @@ func copyFile(dst, src string, buf []byte) (sum string, n int64, err error) {
 func DigestOf(ctx context.Context, client *http.Client, ref string) (digest string, doc *Document, err error) {
 	var b []byte
 	if strings.HasPrefix(ref, "http://") || strings.HasPrefix(ref, "https://") {
-		b, err = getBounded(ctx, client, ref, MaxDocumentBytes, DocumentName, "MaxDocumentBytes")
+		b, err = getBounded(ctx, client, ref, MaxDocumentBytes, DocumentName, "MaxDocumentBytes", DefaultDocumentTimeout)
 		if err != nil {
 			return "", nil, err
 		}

@@ -96,6 +96,11 @@ const (
 	// DefaultIdleTimeout is how long a transfer may stall before it is
 	// cut and reported.
 	DefaultIdleTimeout = 60 * time.Second
+	// DefaultDocumentTimeout bounds the whole read of release.yaml or
+	// index.yaml, body included: both are small, and a server that sends
+	// the headers and then stalls must not keep a machine Downloading
+	// forever.
+	DefaultDocumentTimeout = 60 * time.Second
 )
 
 // Fetcher downloads releases from a channel into slots.
@@ -108,6 +113,9 @@ type Fetcher struct {
 	// IdleTimeout cuts a transfer that sends nothing for this long; 0
 	// means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// DocumentTimeout bounds the whole read of release.yaml; 0 means
+	// DefaultDocumentTimeout.
+	DocumentTimeout time.Duration
 	// Progress, when set, is called with the bytes of the release's
 	// artifacts in the slot so far and their total: once when the
 	// download starts (counting what an earlier attempt left) and then as
@@ -133,6 +141,9 @@ type Result struct {
 
 // errStalled is the cause of a request cut for sending nothing.
 var errStalled = errors.New("stalled")
+
+// errDocumentTimeout is the cause of a document read cut at its deadline.
+var errDocumentTimeout = errors.New("document read took too long")
 
 // Fetch downloads the release target from the channel at source into sink.
 //
@@ -175,7 +186,11 @@ func (f *Fetcher) Fetch(ctx context.Context, source string, target Target, sink 
 	if err != nil {
 		return res, &Error{Reason: ReasonUnreachable, Version: target.Version, File: DocumentName, Err: err}
 	}
-	b, err := getBounded(ctx, f.Client, docURL, MaxDocumentBytes, DocumentName, "MaxDocumentBytes")
+	docTimeout := f.DocumentTimeout
+	if docTimeout <= 0 {
+		docTimeout = DefaultDocumentTimeout
+	}
+	b, err := getBounded(ctx, f.Client, docURL, MaxDocumentBytes, DocumentName, "MaxDocumentBytes", docTimeout)
 	res.Transferred += int64(len(b))
 	if err != nil {
 		return res, withVersion(err, target.Version)
@@ -541,11 +556,43 @@ func parseContentRange(s string) (start, total int64, ok bool) {
 	return start, total, true
 }
 
+// client is c (http.DefaultClient when nil) with its redirects checked
+// by RefuseDowngrade.
 func client(c *http.Client) *http.Client {
 	if c == nil {
-		return http.DefaultClient
+		c = http.DefaultClient
 	}
-	return c
+	cc := *c
+	cc.CheckRedirect = RefuseDowngrade(c.CheckRedirect)
+	return &cc
+}
+
+// maxRedirects is how many redirects a channel read follows, as
+// net/http's default policy.
+const maxRedirects = 10
+
+// RefuseDowngrade returns an http.Client CheckRedirect that refuses a
+// redirect to a plain http URL once any step of the request was https (a
+// channel read over https never continues in the clear), then applies
+// next, or net/http's default limit of 10 redirects when next is nil.
+func RefuseDowngrade(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme != "https" {
+			for _, v := range via {
+				if v.URL.Scheme == "https" {
+					return fmt.Errorf("refused the redirect from %s to %s: a channel read over https is never continued over plain http; "+
+						"fix the redirect on the channel's web server, or set an http:// source if the channel is meant to be plain http", v.URL.Redacted(), req.URL.Redacted())
+				}
+			}
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxRedirects)
+		}
+		return nil
+	}
 }
 
 // channelURL returns the URL of a file of the channel at source.
@@ -564,14 +611,27 @@ func channelURL(source string, elems ...string) (string, error) {
 	return u.JoinPath(parts...).String(), nil
 }
 
-// getBounded GETs url and reads at most limit bytes of its body.
-func getBounded(ctx context.Context, c *http.Client, u string, limit int64, file, limitName string) ([]byte, error) {
+// getBounded GETs url and reads at most limit bytes of its body, all of
+// it within timeout.
+func getBounded(ctx context.Context, c *http.Client, u string, limit int64, file, limitName string, timeout time.Duration) ([]byte, error) {
+	parent := ctx
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errDocumentTimeout)
+	defer cancel()
+	late := func() error {
+		if parent.Err() == nil && errors.Is(context.Cause(ctx), errDocumentTimeout) {
+			return newError(ReasonUnreachable, "", file, "reading %s took longer than %s: the channel's web server answered but did not send the whole file in time; check the server and the network, liken retries", u, timeout)
+		}
+		return nil
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, &Error{Reason: ReasonUnreachable, File: file, Err: err}
 	}
 	resp, err := client(c).Do(req)
 	if err != nil {
+		if e := late(); e != nil {
+			return nil, e
+		}
 		if ctx.Err() != nil {
 			return nil, canceled(ctx, "", file)
 		}
@@ -588,6 +648,9 @@ func getBounded(ctx context.Context, c *http.Client, u string, limit int64, file
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
+		if e := late(); e != nil {
+			return nil, e
+		}
 		if ctx.Err() != nil {
 			return nil, canceled(ctx, "", file)
 		}
@@ -608,14 +671,14 @@ func withVersion(err error, version string) error {
 	return err
 }
 
-// FetchIndex reads and validates the index of the channel at source. A nil
-// client means http.DefaultClient.
+// FetchIndex reads and validates the index of the channel at source,
+// within DefaultDocumentTimeout. A nil client means http.DefaultClient.
 func FetchIndex(ctx context.Context, c *http.Client, source string) (*Index, error) {
 	u, err := channelURL(source, IndexName)
 	if err != nil {
 		return nil, &Error{Reason: ReasonUnreachable, File: IndexName, Err: err}
 	}
-	b, err := getBounded(ctx, c, u, MaxIndexBytes, IndexName, "MaxIndexBytes")
+	b, err := getBounded(ctx, c, u, MaxIndexBytes, IndexName, "MaxIndexBytes", DefaultDocumentTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -602,4 +603,66 @@ func TestCheckpointState(t *testing.T) {
 	assert.NilError(t, dl.SaveCheckpoint(cp))
 	got := openStore(t, root).Checkpoint(slots.B)
 	assert.DeepEqual(t, got, &cp)
+}
+
+// TestFetchDocumentDeadline: a server that sends release.yaml's headers
+// and then stalls is cut after DocumentTimeout (the idle timeout of the
+// artifacts does not cover the document), and the next attempt reads it.
+func TestFetchDocumentDeadline(t *testing.T) {
+	// The test's own bound: without the deadline, Fetch would wait for it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := newChannel(t)
+	target := c.publish(v1, standard...)
+	c.set(func(c *testChannel) {
+		c.block[urlPath(v1, release.DocumentName)] = &blockRule{after: 16, reached: make(chan struct{})}
+	})
+	s := openStore(t, t.TempDir())
+	dl, err := s.BeginDownload(slots.B, target)
+	assert.NilError(t, err)
+	defer dl.Close()
+
+	f := fetcher(c)
+	f.DocumentTimeout = 300 * time.Millisecond
+	_, err = f.Fetch(ctx, c.srv.URL, target, dl)
+	assert.Check(t, is.Equal(release.ReasonOf(err), release.ReasonUnreachable), "%v", err)
+	assert.ErrorContains(t, err, "took longer than 300ms")
+
+	_, err = f.Fetch(ctx, c.srv.URL, target, dl)
+	assert.NilError(t, err)
+}
+
+// TestRedirectToPlainHTTPRefused: a channel read over https never
+// continues over plain http, for release.yaml and index.yaml alike.
+func TestRedirectToPlainHTTPRefused(t *testing.T) {
+	ctx := context.Background()
+	c := newChannel(t)
+	target := c.publish(v1, standard...)
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, c.srv.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer tlsSrv.Close()
+	s := openStore(t, t.TempDir())
+	dl, err := s.BeginDownload(slots.B, target)
+	assert.NilError(t, err)
+	defer dl.Close()
+
+	f := &release.Fetcher{Client: tlsSrv.Client()}
+	_, err = f.Fetch(ctx, tlsSrv.URL, target, dl)
+	assert.Check(t, is.Equal(release.ReasonOf(err), release.ReasonUnreachable), "%v", err)
+	assert.ErrorContains(t, err, "refused the redirect from https://")
+	assert.Check(t, is.Equal(c.servedBytes(urlPath(v1, release.DocumentName)), int64(0)))
+
+	_, err = release.FetchIndex(ctx, tlsSrv.Client(), tlsSrv.URL)
+	assert.ErrorContains(t, err, "refused the redirect from https://")
+
+	// A redirect that stays on https is followed.
+	tlsChannel := httptest.NewTLSServer(http.HandlerFunc(c.serve))
+	defer tlsChannel.Close()
+	hop := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, tlsChannel.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer hop.Close()
+	_, err = f.Fetch(ctx, hop.URL, target, dl)
+	assert.NilError(t, err)
 }

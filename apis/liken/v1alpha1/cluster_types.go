@@ -258,6 +258,12 @@ type RebootTurn struct {
 	// is done once the machine reports Ready from a later boot.
 	// +optional
 	BootID string `json:"bootID,omitempty"`
+	// Version is, for a Release turn, the release the machine staged when
+	// the turn was granted: the release its trial proves or fails. A
+	// Release turn that ends on a new boot running another release is a
+	// failed trial.
+	// +optional
+	Version string `json:"version,omitempty"`
 	// GrantedAt is when the turn was recorded.
 	GrantedAt metav1.Time `json:"grantedAt"`
 }
@@ -292,7 +298,8 @@ type RolloutHalt struct {
 	Reason string `json:"reason"`
 	// Machine is the machine that stalled or failed its trial.
 	Machine string `json:"machine"`
-	// Version is the cluster's spec.version when the rollout halted.
+	// Version is the release that failed its trial (TrialFailed), or the
+	// cluster's spec.version when the rollout stalled (RolloutStalled).
 	// +optional
 	Version string `json:"version,omitempty"`
 	// Message says what happened and what to do.

@@ -363,7 +363,19 @@ func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) erro
 // label on its Node (Ready or NotReady) and on its Node Lease (renewed or
 // not). The Lease goes first when the power goes off, and last when it
 // comes back, so a machine never reads Ready with a silent Lease for long.
+// Powered on, the Node reads NotReady until kwok, as the kubelet of the
+// new boot, posts Ready with a fresh heartbeat: cluster-operator ends a
+// turn only on a Ready posted after the grant, and kwok posts Ready only on
+// a Node that is not Ready.
 func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on bool) error {
+	if on {
+		now := metav1.Now().UTC().Format(time.RFC3339)
+		status := `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"KubeletStarting",` +
+			`"message":"the machine is powered on; its kubelet is starting","lastHeartbeatTime":"` + now + `","lastTransitionTime":"` + now + `"}]}}`
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(status), metav1.PatchOptions{}, "status"); err != nil {
+			return err
+		}
+	}
 	patch := []byte(`{"metadata":{"labels":{"` + PowerLabel + `":"off"}}}`)
 	if on {
 		patch = []byte(`{"metadata":{"labels":{"` + PowerLabel + `":null}}}`)

@@ -166,6 +166,17 @@ func StateOf(n *corev1.Node) NodeState {
 	return NodeNotReady
 }
 
+// ReadyHeartbeat is the lastHeartbeatTime of the Node's Ready condition:
+// when its kubelet last posted it (zero when there is none).
+func ReadyHeartbeat(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
+}
+
 // IsLeader is true for a machine with role Leader.
 func IsLeader(m *likenv1.Machine) bool { return m.Spec.Role == likenv1.RoleLeader }
 

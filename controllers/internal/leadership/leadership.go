@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // Term is one period of leadership of this process.
@@ -84,4 +85,37 @@ func (f *LeaseFence) Confirm(ctx context.Context, what string) error {
 		return fmt.Errorf("%w: this copy's last renewal of %s/%s is older than %s", ErrNotLeader, f.Namespace, f.Name, f.LeaseDuration)
 	}
 	return nil
+}
+
+// Release gives up the election Lease namespace/name when this copy shuts
+// down, so that another copy takes over at once instead of after the
+// lease duration. It reads the Lease from the API server and clears it
+// only when that read names identity, with an update that carries the
+// resourceVersion read: a Lease that another copy took (this one was
+// paused, or lost it) is never touched. A copy that lost the lease must
+// not call it at all: it has nothing to give up.
+//
+// client-go's own release on cancel is not used: it decides from the
+// holder it last observed, not from the Lease it just read, so a copy
+// that wakes up after another took over would clear the new leader's
+// Lease.
+func Release(ctx context.Context, leases coordinationv1client.LeasesGetter, namespace, name, identity string, now time.Time) (released bool, err error) {
+	l, err := leases.Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading lease %s/%s to release it: %w", namespace, name, err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != identity {
+		return false, nil
+	}
+	t := metav1.NewMicroTime(now)
+	l.Spec.HolderIdentity = ptr.To("")
+	l.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	l.Spec.RenewTime, l.Spec.AcquireTime = &t, &t
+	if _, err := leases.Leases(namespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return false, fmt.Errorf("releasing lease %s/%s: %w", namespace, name, err)
+	}
+	return true, nil
 }

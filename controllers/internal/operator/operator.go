@@ -121,11 +121,13 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 	recorder := broadcaster.NewRecorder(scheme, "cluster-operator")
 
 	clk := clock.RealClock{}
+	var lostLease atomic.Bool
 	lost := func(why string) {
 		m.Leading.Set(0)
 		if ctx.Err() != nil {
 			return // shutting down: the lease was released on purpose
 		}
+		lostLease.Store(true)
 		logger.Info("This copy lost the lease; exiting so that nothing acts on what it saw while it led", "identity", o.Identity, "why", why)
 		klog.Flush()
 		exit(ExitLostLease)
@@ -137,10 +139,14 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 			Client:     kube.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
 		},
-		LeaseDuration:   LeaseDuration,
-		RenewDeadline:   RenewDeadline,
-		RetryPeriod:     RetryPeriod,
-		ReleaseOnCancel: true,
+		LeaseDuration: LeaseDuration,
+		RenewDeadline: RenewDeadline,
+		RetryPeriod:   RetryPeriod,
+		// Released below on shutdown only: client-go's release on cancel
+		// also runs when the lease was lost, and decides from the holder it
+		// last observed, so a copy paused past its lease could clear the
+		// Lease of the copy that took over.
+		ReleaseOnCancel: false,
 		Name:            likenv1.OperatorLeaseName,
 		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
@@ -181,6 +187,18 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 	logger.Info("Campaigning for the lease", "lease", likenv1.SystemNamespace+"/"+likenv1.OperatorLeaseName, "identity", o.Identity,
 		"version", o.Version, "startupGrace", o.StartupGrace, "machineLostAfter", o.MachineLostAfter)
 	elector.Run(ctx)
+	if ctx.Err() != nil && leading.Load() && !lostLease.Load() {
+		// Shutting down while leading: give the Lease up so that another
+		// copy takes over at once. Release writes only a Lease that still
+		// names this copy.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RenewDeadline)
+		defer cancel()
+		if released, err := leadership.Release(rctx, kube.CoordinationV1(), likenv1.SystemNamespace, likenv1.OperatorLeaseName, o.Identity, clk.Now()); err != nil {
+			logger.Error(err, "Could not release the lease on shutdown; another copy takes over once it expires", "identity", o.Identity)
+		} else if released {
+			logger.Info("Released the lease on shutdown", "identity", o.Identity)
+		}
+	}
 	return nil
 }
 

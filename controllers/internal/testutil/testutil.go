@@ -70,12 +70,17 @@ func Turns(turns ...likenv1.RebootTurn) func(*likenv1.Cluster) {
 }
 
 // Turn is a ledger entry granted at at, for a machine built with Machine
-// (its change and boot ID as Machine sets them).
+// (its change and boot ID as Machine sets them); a Release turn is for
+// Version2, the release WantsRelease stages.
 func Turn(machine string, reason likenv1.TurnReason, leader bool, at time.Time) likenv1.RebootTurn {
-	return likenv1.RebootTurn{
+	t := likenv1.RebootTurn{
 		Machine: machine, Reason: reason, Change: "change-" + machine, Leader: leader,
 		BootID: "boot-1-" + machine, GrantedAt: metav1.NewTime(at),
 	}
+	if reason == likenv1.TurnRelease {
+		t.Version = Version2
+	}
+	return t
 }
 
 // Machine returns a Ready Auto worker of cluster "lab" on Version1,
@@ -180,6 +185,22 @@ func Node(name string, ready bool, opts ...func(*corev1.Node)) *corev1.Node {
 		o(n)
 	}
 	return n
+}
+
+// Heartbeat sets the lastHeartbeatTime of the Node's Ready condition.
+func Heartbeat(at time.Time) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(at)
+			}
+		}
+	}
+}
+
+// NodeBootID sets the boot ID the Node's kubelet reports.
+func NodeBootID(id string) func(*corev1.Node) {
+	return func(n *corev1.Node) { n.Status.NodeInfo.BootID = id }
 }
 
 // Cordoned marks the Node cordoned by liken for a turn (unschedulable,
