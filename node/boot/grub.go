@@ -21,6 +21,9 @@ type Bootloader interface {
 	DisarmTrial() error
 	// Commit makes slot the proven slot and clears the trial.
 	Commit(slot Slot) error
+	// Check reports a copy of the state that is corrupt, missing, or
+	// different from the other (an interrupted write); any write repairs it.
+	Check() error
 }
 
 // The files in a boot directory (/boot/grub on a machine).

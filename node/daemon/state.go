@@ -92,6 +92,12 @@ type trialRecord struct {
 	// ArmedAt is when the trial was armed; ArmedBootID the boot that armed it.
 	ArmedAt     time.Time `json:"armedAt"`
 	ArmedBootID string    `json:"armedBootID"`
+	// Arming is set while the boot loader's flag is being armed: the
+	// record is written first, then the flag, then Arming is cleared. A
+	// boot of the proven slot that finds it set knows the trial was never
+	// armed (the power failed in between): no trial failed. (Written only
+	// as true, so a record of an older daemon reads as armed.)
+	Arming bool `json:"arming,omitempty"`
 	// StartedAt is when the daemon first ran in the trial boot.
 	StartedAt time.Time `json:"startedAt,omitempty"`
 	// Failure is why the trial boot gave up, written by the trial boot
