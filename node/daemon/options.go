@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,11 +33,15 @@ type BootInfo struct {
 	BootID string
 	// Version is the release of the running image.
 	Version string
+	// BootedAt is when the machine booted: a trial commits only on a Node
+	// Ready heartbeat from after it.
+	BootedAt time.Time
 }
 
-// ReadBootInfo reads the kernel command line, the boot ID and the running
-// image's release file.
-func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile string) (BootInfo, error) {
+// ReadBootInfo reads the kernel command line, the boot ID, the running
+// image's release file, and the boot time (the btime line of statFile,
+// /proc/stat on a machine).
+func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile, statFile string) (BootInfo, error) {
 	var bi BootInfo
 	b, err := os.ReadFile(cmdlineFile)
 	if err != nil {
@@ -60,7 +65,32 @@ func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile string) (BootInfo, error)
 	if bi.Version, err = ParseReleaseFile(b); err != nil {
 		return bi, fmt.Errorf("%s: %w", releaseFile, err)
 	}
+	b, err = os.ReadFile(statFile)
+	if err != nil {
+		return bi, fmt.Errorf("reading the boot time: %w", err)
+	}
+	if bi.BootedAt, err = ParseBootTime(b); err != nil {
+		return bi, fmt.Errorf("%s: %w", statFile, err)
+	}
 	return bi, nil
+}
+
+// ParseBootTime reads the boot time from the btime line of /proc/stat
+// (seconds since the epoch).
+func ParseBootTime(stat []byte) (time.Time, error) {
+	sc := bufio.NewScanner(bytes.NewReader(stat))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && f[0] == "btime" {
+			secs, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil || secs <= 0 {
+				return time.Time{}, fmt.Errorf("btime %q is not a time in seconds since 1970", f[1])
+			}
+			return time.Unix(secs, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime line: the boot time is unknown")
 }
 
 // ParseReleaseFile reads the version of the running image from its release

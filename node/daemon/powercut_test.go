@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,35 @@ func TestLeftoverTrialFlagIsWithdrawnBeforeDownload(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, st, boot.State{Proven: boot.SlotA})
 	assert.NilError(t, g.Check())
+}
+
+// TestTrialNeedsReadyFromThisBoot: the new release's kubelet never starts,
+// while the Node still reads Ready from the boot before (Kubernetes keeps
+// a silent Node Ready for a while). The trial must not commit on that
+// Ready: it times out and the machine returns to its proven slot.
+func TestTrialNeedsReadyFromThisBoot(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Version = v2
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 2 * time.Second}
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.mu.Lock()
+	e.kubeletDown = true // the Node keeps its Ready of this boot
+	e.mu.Unlock()
+	e.grant()
+	waitExit(t, r)
+
+	r = e.start()
+	assert.Assert(t, r.Boot.Trial)
+	waitExit(t, r)
+	st, err := boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotA}, "the trial committed on a stale Ready")
+
+	r = e.start()
+	assert.Equal(t, r.Boot.Slot, boot.SlotA)
+	m := e.waitPhase(likenv1.MachineDegraded)
+	assert.Assert(t, strings.Contains(cond(m, likenv1.ConditionTrialFailed).Message, "the kubelet of this boot has not posted"))
 }

@@ -32,6 +32,7 @@ type runFlags struct {
 	cmdlineFile   string
 	bootIDFile    string
 	osReleaseFile string
+	statFile      string
 	appliers      string
 }
 
@@ -74,6 +75,7 @@ func run() int {
 	fl.StringVar(&f.bootDir, "boot-dir", "/boot/grub", "folder of the GRUB environment block (grubenv and grubenv.bak)")
 	fl.StringVar(&f.cmdlineFile, "cmdline-file", "/proc/cmdline", "kernel command line (liken.slot=, liken.trial=)")
 	fl.StringVar(&f.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding this boot's ID")
+	fl.StringVar(&f.statFile, "stat-file", "/proc/stat", "kernel statistics holding the boot time (btime)")
 	fl.StringVar(&f.osReleaseFile, "os-release-file", "/etc/liken/release", "the running image's release file (VERSION=YYYY.MM.DD-NNN)")
 	fl.StringVar(&f.appliers, "appliers", "os", "os: change the real operating system and reboot with the reboot system call; record: record changes in <root>/applier.log and exit with code 100 to reboot (the lab)")
 	_ = runCmd.MarkFlagRequired("machine")
@@ -95,7 +97,7 @@ func run() int {
 }
 
 func runDaemon(ctx context.Context, f runFlags) error {
-	bi, err := daemon.ReadBootInfo(f.cmdlineFile, f.bootIDFile, f.osReleaseFile)
+	bi, err := daemon.ReadBootInfo(f.cmdlineFile, f.bootIDFile, f.osReleaseFile, f.statFile)
 	if err != nil {
 		return err
 	}
