@@ -45,4 +45,3 @@ func TestReadyThisBoot(t *testing.T) {
 		})
 	}
 }
-
