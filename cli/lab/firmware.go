@@ -190,6 +190,8 @@ func (f *firmware) runDaemon(ctx context.Context, reachable bool) bool {
 			"--boot-id-file", filepath.Join(run, "boot_id"),
 			"--os-release-file", filepath.Join(run, "release"),
 			"--stat-file", filepath.Join(run, "stat"),
+			// A simulated machine has no watchdog: never arm the host's.
+			"--watchdog", "",
 			"--appliers", "record",
 		)
 		cmd.Stdout, cmd.Stderr = f.out, f.out

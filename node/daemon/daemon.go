@@ -114,6 +114,11 @@ type Daemon struct {
 	written  *likenv1.Machine
 	replaced map[string]bool
 
+	// wdMu guards wdDone: set once the watchdog is disarmed (or let go),
+	// after which nobody feeds it.
+	wdMu   sync.Mutex
+	wdDone bool
+
 	// lease is the heartbeat Lease as the last renewal returned it; only
 	// the heartbeat goroutine uses it.
 	lease *coordinationv1.Lease

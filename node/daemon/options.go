@@ -20,6 +20,7 @@ import (
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/release"
+	"liken.sh/liken/node/watchdog"
 )
 
 // BootInfo is what the running boot says about itself.
@@ -192,6 +193,8 @@ type Timing struct {
 	// EventFlush bounds how long a turn's reboot waits for its Rebooting
 	// event to reach the API server (2s).
 	EventFlush time.Duration
+	// WatchdogFeed is how often a trial boot feeds its watchdog (10s).
+	WatchdogFeed time.Duration
 }
 
 func (t *Timing) defaults() {
@@ -211,6 +214,7 @@ func (t *Timing) defaults() {
 	set(&t.EvictRetryMax, 30*time.Second)
 	set(&t.APIRetry, 2*time.Second)
 	set(&t.EventFlush, 2*time.Second)
+	set(&t.WatchdogFeed, 10*time.Second)
 }
 
 // Options configure a Daemon.
@@ -231,6 +235,11 @@ type Options struct {
 	Observer changes.Observer
 	// Rebooter reboots the machine.
 	Rebooter Rebooter
+	// Watchdog is the watchdog the image's init armed for a trial boot,
+	// opened by liken-node; nil when there is none. The daemon feeds it
+	// while the trial is under way and disarms it only when the trial
+	// commits (docs/design/boot.md, "The trial watchdog").
+	Watchdog watchdog.Watchdog
 	// HTTPClient downloads releases; nil uses a client with sane timeouts.
 	HTTPClient *http.Client
 	// Clock is the daemon's clock; nil is the real one.

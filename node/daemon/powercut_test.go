@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,11 +10,13 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/daemon"
+	"liken.sh/liken/node/watchdog"
 )
 
 // Power can fail between any two writes: each test leaves the disk as a
@@ -159,4 +162,52 @@ func TestTrialNeedsReadyFromThisBoot(t *testing.T) {
 	assert.Equal(t, r.Boot.Slot, boot.SlotA)
 	m := e.waitPhase(likenv1.MachineDegraded)
 	assert.Assert(t, strings.Contains(cond(m, likenv1.ConditionTrialFailed).Message, "the kubelet of this boot has not posted"))
+}
+
+// TestTrialWatchdog: the watchdog the init armed is fed during the trial
+// and disarmed only when the trial commits; a trial that gives up leaves
+// it armed.
+func TestTrialWatchdog(t *testing.T) {
+	for _, commits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commits=%v", commits), func(t *testing.T) {
+			e := newEnv(t, likenv1.RebootAuto)
+			e.editCluster(func(c *likenv1.Cluster) {
+				c.Spec.Version = v2
+				c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: time.Second}
+			})
+			r := e.start()
+			e.waitPhase(likenv1.MachineUpdatePending)
+			if !commits {
+				e.setNodeReady(false)
+			}
+			e.grant()
+			waitExit(t, r)
+
+			wd := &watchdog.Fake{}
+			o := e.options()
+			o.Watchdog = wd
+			o.Timing.WatchdogFeed = 20 * time.Millisecond
+			if !commits {
+				// The trial never commits: it must be fed until it gives up.
+				r = e.m.Start(t, o)
+				assert.Assert(t, r.Boot.Trial)
+				waitExit(t, r)
+				fed, disarmed := wd.State()
+				assert.Assert(t, fed >= 10, "fed %d times in a 1 s trial", fed)
+				assert.Assert(t, !disarmed, "a trial that failed disarmed the watchdog")
+				return
+			}
+			r = e.m.Start(t, o)
+			assert.Assert(t, r.Boot.Trial)
+			e.waitFor("Ready on v2", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineReady && m.Status.Version == v2
+			})
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				if fed, disarmed := wd.State(); fed > 0 && disarmed {
+					return poll.Success()
+				}
+				return poll.Continue("watchdog not fed and disarmed")
+			}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
+		})
+	}
 }

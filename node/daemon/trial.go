@@ -143,6 +143,11 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	d.st = next
 	if d.mode == modeTrial {
 		d.startTrialTimer(ctx)
+		d.feedWatchdog(ctx)
+	} else if d.mode == modeNormal {
+		// Nothing left to try (a commit was finished): the watchdog the
+		// init armed for this boot is not needed.
+		d.disarmWatchdog(ctx)
 	}
 	log.Info("Boot examined", "mode", d.modeName())
 	return nil
@@ -287,7 +292,64 @@ func (d *Daemon) commitTrial(ctx context.Context, m *likenv1.Machine, c *likenv1
 	if d.trialTimer != nil {
 		d.trialTimer.Stop()
 	}
+	d.disarmWatchdog(ctx)
 	log.Info("Trial succeeded; slot committed as proven", "slot", slot, "release", tr.Version)
 	d.event(m, c, "Normal", ReasonTrialSucceeded, "Commit", "The trial of release %s in slot %s succeeded: the node is Ready and liken-node reached the API server; slot %s is now the proven slot", tr.Version, slot, slot)
 	return nil
+}
+
+// feedWatchdog feeds the watchdog the init armed for this trial boot until
+// the trial commits (disarmWatchdog) or liken-node stops: a liken-node
+// that hangs, or stops and does not come back, lets it reset the machine
+// into the proven slot. It does not take d.mu, so no slow work under the
+// lock delays it.
+func (d *Daemon) feedWatchdog(ctx context.Context) {
+	wd := d.o.Watchdog
+	if wd == nil {
+		return
+	}
+	log := klog.FromContext(ctx)
+	t := d.clock.NewTicker(d.t.WatchdogFeed)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer t.Stop()
+		for {
+			d.wdMu.Lock()
+			if d.wdDone {
+				d.wdMu.Unlock()
+				return
+			}
+			err := wd.Keepalive()
+			d.wdMu.Unlock()
+			if err != nil {
+				log.Error(err, "Feeding the trial watchdog failed; it resets the machine into the proven slot unless a later feeding succeeds")
+			}
+			select {
+			case <-ctx.Done():
+				// Stopping (SIGTERM, or the trial gave up and reboots):
+				// the watchdog stays armed.
+				return
+			case <-t.C():
+			}
+		}
+	}()
+}
+
+// disarmWatchdog stops the trial's watchdog for good: the trial committed.
+func (d *Daemon) disarmWatchdog(ctx context.Context) {
+	if d.o.Watchdog == nil {
+		return
+	}
+	d.wdMu.Lock()
+	defer d.wdMu.Unlock()
+	if d.wdDone {
+		return
+	}
+	d.wdDone = true
+	if err := d.o.Watchdog.Disarm(); err != nil {
+		klog.FromContext(ctx).Error(err, "Disarming the trial watchdog failed; the machine may reset once more, into the slot now proven")
+		return
+	}
+	klog.FromContext(ctx).Info("Trial watchdog disarmed")
 }
