@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -210,4 +211,37 @@ func TestTrialWatchdog(t *testing.T) {
 			}, poll.WithTimeout(5*time.Second), poll.WithDelay(10*time.Millisecond))
 		})
 	}
+}
+
+// TestTrialBootCannotReadTheBootState: a trial boot whose boot state
+// cannot be read stops with an error (which StartFailed turns into a
+// reboot into the proven slot) instead of running on, confused, on the
+// unproven slot.
+func TestTrialBootCannotReadTheBootState(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.grant()
+	waitExit(t, r)
+
+	bi, err := e.m.PowerOn()
+	assert.NilError(t, err)
+	assert.Assert(t, bi.Trial)
+	env := filepath.Join(e.m.BootDir, boot.EnvFile)
+	assert.NilError(t, os.Remove(env))
+	assert.NilError(t, os.Mkdir(env, 0o755)) // reading it fails
+	r = e.m.StartIn(t, e.options(), bi)
+	err = r.Wait()
+	assert.ErrorContains(t, err, "reading the boot state in a trial boot")
+	rb := &rebootRecorder{}
+	assert.ErrorIs(t, daemon.StartFailed(context.Background(), bi, rb, err), daemon.ErrRebooted)
+	assert.Equal(t, rb.n, 1)
+}
+
+type rebootRecorder struct{ n int }
+
+func (r *rebootRecorder) Reboot(context.Context) error {
+	r.n++
+	return daemon.ErrRebooted
 }

@@ -38,6 +38,11 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	log = log.WithValues("slot", booted, "trial", d.o.Boot.Trial, "bootID", bootID, "version", d.o.Boot.Version, "newBoot", newBoot)
 
 	bs, err := d.o.Bootloader.State()
+	if err != nil && d.o.Boot.Trial {
+		// Nothing this boot could commit: give the trial up (StartFailed
+		// reboots; the flag is already cleared, so the proven slot boots).
+		return fmt.Errorf("reading the boot state in a trial boot: %w", err)
+	}
 	if err != nil {
 		d.mode, d.confusion = modeConfused, fmt.Sprintf("the boot state cannot be read (%v): the machine writes no slot and takes no turn until it can", err)
 		log.Error(err, "Reading the boot state failed")
@@ -172,6 +177,11 @@ func settleTurn(st *diskState) {
 func (d *Daemon) disarmLeftovers(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	bs, err := d.o.Bootloader.State()
+	if err != nil && d.o.Boot.Trial {
+		// Nothing this boot could commit: give the trial up (StartFailed
+		// reboots; the flag is already cleared, so the proven slot boots).
+		return fmt.Errorf("reading the boot state in a trial boot: %w", err)
+	}
 	if err != nil {
 		return fmt.Errorf("reading the boot state: %w", err)
 	}
