@@ -98,7 +98,8 @@ func (f *firmware) run(ctx context.Context) error {
 			kind = "one-time trial"
 		}
 		f.logf("boot %d: slot %s (%s)%s", n, sel.Slot, kind, note(sel.Note))
-		reachable, err := f.bootImage(ctx, sel.Slot, sel.Trial)
+		booted := time.Now()
+		reachable, bootID, err := f.bootImage(ctx, sel.Slot, sel.Trial, booted)
 		if err != nil {
 			f.logf("kernel panic: %v; rebooting in 1s (panic=1)", err)
 			if sleep(ctx, time.Second) != nil {
@@ -108,6 +109,7 @@ func (f *firmware) run(ctx context.Context) error {
 		}
 		if reachable {
 			f.power(ctx, true)
+			f.postBoot(ctx, bootID)
 		} else {
 			f.logf("the image's network cannot reach the cluster API; the node stays NotReady")
 		}
@@ -121,33 +123,34 @@ func (f *firmware) run(ctx context.Context) error {
 }
 
 // bootImage does what the kernel and the image's init do at boot, and
-// returns whether the image's network reaches the cluster's API.
-func (f *firmware) bootImage(ctx context.Context, slot boot.Slot, trial bool) (bool, error) {
+// returns whether the image's network reaches the cluster's API, and the
+// boot's ID.
+func (f *firmware) bootImage(ctx context.Context, slot boot.Slot, trial bool, booted time.Time) (bool, string, error) {
 	img := filepath.Join(f.dir, machineDiskDir, "slots", string(slot), "rootfs.squashfs")
 	rel, err := readImageFile(img, imageReleaseFile)
 	if err != nil {
-		return false, fmt.Errorf("no bootable image in slot %s: %v", slot, err)
+		return false, "", fmt.Errorf("no bootable image in slot %s: %v", slot, err)
 	}
 	version, err := daemon.ParseReleaseFile(rel)
 	if err != nil {
-		return false, fmt.Errorf("slot %s: %v", slot, err)
+		return false, "", fmt.Errorf("slot %s: %v", slot, err)
 	}
 	init, err := readImageFile(img, imageInit)
 	if err != nil {
-		return false, fmt.Errorf("slot %s has no init: %v", slot, err)
+		return false, "", fmt.Errorf("slot %s has no init: %v", slot, err)
 	}
 	if err := sleep(ctx, f.bootTime); err != nil {
-		return false, err
+		return false, "", err
 	}
 	out, err := exec.CommandContext(ctx, "sh", "-c", string(init)).CombinedOutput()
 	f.logf("init: %s", strings.TrimSpace(string(out)))
 	if err != nil {
-		return false, fmt.Errorf("attempted to kill init (release %s in slot %s: %v)", version, slot, err)
+		return false, "", fmt.Errorf("attempted to kill init (release %s in slot %s: %v)", version, slot, err)
 	}
 	network, _ := readImageFile(img, imageNetwork)
 	run := filepath.Join(f.dir, machineRunDir)
 	if err := os.MkdirAll(run, 0o755); err != nil {
-		return false, err
+		return false, "", err
 	}
 	cmdline := "BOOT_IMAGE=/" + string(slot) + "/vmlinuz liken.slot=" + string(slot) + " panic=1"
 	if trial {
@@ -156,13 +159,14 @@ func (f *firmware) bootImage(ctx context.Context, slot boot.Slot, trial bool) (b
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
 	bootID := fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:])
-	for name, data := range map[string][]byte{"cmdline": []byte(cmdline + "\n"), "boot_id": []byte(bootID + "\n"), "release": rel} {
+	stat := fmt.Sprintf("btime %d\n", booted.Unix())
+	for name, data := range map[string][]byte{"cmdline": []byte(cmdline + "\n"), "boot_id": []byte(bootID + "\n"), "release": rel, "stat": []byte(stat)} {
 		if err := os.WriteFile(filepath.Join(run, name), data, 0o644); err != nil {
-			return false, err
+			return false, "", err
 		}
 	}
 	f.logf("release %s up (boot ID %s)", version, bootID)
-	return strings.TrimSpace(string(network)) != "api=unreachable", nil
+	return strings.TrimSpace(string(network)) != "api=unreachable", bootID, nil
 }
 
 // runDaemon joins the cluster with the machine's layer and runs the node
@@ -185,6 +189,9 @@ func (f *firmware) runDaemon(ctx context.Context, reachable bool) bool {
 			"--cmdline-file", filepath.Join(run, "cmdline"),
 			"--boot-id-file", filepath.Join(run, "boot_id"),
 			"--os-release-file", filepath.Join(run, "release"),
+			"--stat-file", filepath.Join(run, "stat"),
+			// A simulated machine has no watchdog: never arm the host's.
+			"--watchdog", "",
 			"--appliers", "record",
 		)
 		cmd.Stdout, cmd.Stderr = f.out, f.out
@@ -249,6 +256,19 @@ func (f *firmware) join(reachable bool) (string, error) {
 	}
 	path := filepath.Join(f.dir, machineRunDir, "unreachable.kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// postBoot posts the Node's status as this boot's kubelet would: its boot
+// ID and a Ready heartbeat. A trial commits only on such a Ready.
+func (f *firmware) postBoot(ctx context.Context, bootID string) {
+	for ctx.Err() == nil {
+		err := controlplane.PostNodeBoot(ctx, f.kube, f.name, bootID)
+		if err == nil {
+			return
+		}
+		f.logf("posting the node's status for boot %s: %v; retrying", bootID, err)
+		_ = sleep(ctx, time.Second)
+	}
 }
 
 // power sets the machine's simulated power as kwok sees it: while off, its

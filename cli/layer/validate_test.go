@@ -224,6 +224,28 @@ func TestCheckFleet(t *testing.T) {
 	assert.Equal(t, ms[1].Name, "node-2")
 }
 
+// settings.sysctls cannot set kernel.panic: a trial kernel that panics must
+// reboot into the proven slot.
+func TestSysctlsRefuseKernelPanic(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want string
+	}{
+		{"vm.max_map_count", ""},
+		{"kernel.panic_on_oops", ""},
+		{"kernel.panic", "kernel.panic is set by liken"},
+		{"kernel/panic", "kernel.panic is set by liken"},
+	} {
+		doc := strings.Replace(validCluster, "  disruption:", "  settings:\n    sysctls: {"+strconv.Quote(tc.key)+": \"0\"}\n  disruption:", 1)
+		_, err := ValidateDocument("input.yaml", []byte(doc))
+		if tc.want == "" {
+			assert.NilError(t, err, tc.key)
+			continue
+		}
+		assert.ErrorContains(t, err, tc.want, tc.key)
+	}
+}
+
 // The Cluster's rules on settings.kernelArgs refuse exactly what the
 // machine's boot loader writer refuses, so a bad argument is refused at
 // kubectl time instead of degrading every machine.
@@ -253,6 +275,11 @@ func TestKernelArgsRulesMatchTheMachine(t *testing.T) {
 		{[]string{"liken.slot=B"}, "liken.*"},
 		{[]string{"panic=0"}, "panic="},
 		{[]string{"panic"}, "panic="},
+		{[]string{"sysctl.kernel.panic=0"}, "kernel.panic"},
+		{[]string{"sysctl.kernel/panic=0"}, "kernel.panic"},
+		{[]string{"sysctl/kernel/panic=0"}, "kernel.panic"},
+		{[]string{"sysctl..kernel//panic"}, "kernel.panic"},
+		{[]string{"sysctl.kernel.panic_on_oops=1", "sysctl.vm.swappiness=10", "sysctlkernel.panic=0"}, ""},
 		{[]string{""}, "spec.settings.kernelArgs[0]"},
 		{[]string{long, long}, "1024 bytes"},
 		{many, "must have at most 24 items"},

@@ -162,6 +162,14 @@ func (f *fleet) power(name string) {
 		Progress: 500 * time.Millisecond, Resync: 5 * time.Second,
 		DrainPoll: 200 * time.Millisecond, APIRetry: 500 * time.Millisecond,
 	}}
+	// The Node's kubelet posts each boot's ID and a Ready heartbeat.
+	admin, err := kubernetes.NewForConfig(f.cp.AdminConfig())
+	assert.NilError(f.t, err)
+	f.sims[name].OnBoot = func(bi daemon.BootInfo) {
+		if err := controlplane.PostNodeBoot(f.ctx, admin, name, bi.BootID); err != nil && f.ctx.Err() == nil {
+			f.t.Errorf("posting the Node status of %s: %v", name, err)
+		}
+	}
 	go func() {
 		for f.ctx.Err() == nil {
 			r := f.sims[name].Start(f.t, o)

@@ -154,6 +154,19 @@ func TestSelectBootTornWrite(t *testing.T) {
 			zeroed := append(bytes.Clone(next[:cut]), make([]byte, EnvBlockSize-cut)...)
 			d = decide(zeroed, next)
 			assert.Assert(t, safe(d.state), "%s -> %s zeroed from %d: decided %s", tr.from, tr.to, cut, d.state)
+			for _, w := range [][]byte{torn, zeroed} {
+				// The backup is written first while the primary holds the
+				// old state.
+				d = decide(old, w)
+				assert.Assert(t, safe(d.state), "%s -> %s, backup cut at %d: decided %s", tr.from, tr.to, cut, d.state)
+				// A damaged primary (the write repairs it) is written
+				// first, while the backup holds the old state; then the
+				// backup, after the primary holds the new one.
+				d = decide(w, old)
+				assert.Assert(t, safe(d.state), "%s -> %s, damaged primary cut at %d: decided %s", tr.from, tr.to, cut, d.state)
+				d = decide(next, w)
+				assert.Assert(t, safe(d.state), "%s -> %s, backup cut at %d after the primary's repair: decided %s", tr.from, tr.to, cut, d.state)
+			}
 		}
 	}
 }

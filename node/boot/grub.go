@@ -21,6 +21,9 @@ type Bootloader interface {
 	DisarmTrial() error
 	// Commit makes slot the proven slot and clears the trial.
 	Commit(slot Slot) error
+	// Check reports a copy of the state that is corrupt, missing, or
+	// different from the other (an interrupted write); any write repairs it.
+	Check() error
 }
 
 // The files in a boot directory (/boot/grub on a machine).
@@ -172,7 +175,17 @@ func (g *GRUB) update(change func(State) (State, error)) error {
 			return err
 		}
 	}
-	for _, name := range []string{BackupFile, EnvFile} {
+	// The backup first, so the primary GRUB reads stays whole until the
+	// backup holds the new state. But when the primary is damaged, it is
+	// written first: the backup is then the only whole copy and must stay
+	// so until the primary holds the new state.
+	order := []string{BackupFile, EnvFile}
+	if _, err := Decode(p); err != nil {
+		if _, berr := Decode(b); berr == nil {
+			order = []string{EnvFile, BackupFile}
+		}
+	}
+	for _, name := range order {
 		if err := g.write(filepath.Join(g.dir, name), blk); err != nil {
 			return fmt.Errorf("writing boot state %s: %w", next, err)
 		}

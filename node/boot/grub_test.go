@@ -107,6 +107,28 @@ func TestGRUBWriteOrder(t *testing.T) {
 	assert.NilError(t, g.Check())
 }
 
+// TestGRUBWriteOrderDamagedPrimary: with a damaged primary the backup is
+// the only whole copy, so the primary is written first; a power cut that
+// loses the page being written (zeros) still boots the proven slot.
+func TestGRUBWriteOrderDamagedPrimary(t *testing.T) {
+	dir := bootDir(t, []byte("garbage"), mustEncode(t, State{Proven: SlotB}))
+	g := NewGRUB(dir).(*GRUB)
+	var order []string
+	g.write = func(path string, blk []byte) error {
+		order = append(order, filepath.Base(path))
+		if err := os.WriteFile(path, make([]byte, EnvBlockSize), 0o644); err != nil {
+			return err
+		}
+		return errors.New("power lost")
+	}
+	assert.ErrorContains(t, g.ArmTrial(SlotA), "power lost")
+	assert.DeepEqual(t, order, []string{EnvFile})
+	slot, trial, err := SelectBoot(dir)
+	assert.NilError(t, err)
+	assert.Equal(t, slot, SlotB)
+	assert.Assert(t, !trial)
+}
+
 func TestGRUBRepairsCorruptCopies(t *testing.T) {
 	dir := bootDir(t, []byte("garbage"), mustEncode(t, State{Proven: SlotB}))
 	g := NewGRUB(dir).(*GRUB)

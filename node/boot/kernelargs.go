@@ -42,6 +42,7 @@ const kernelArgForbidden = `"'\*?[]`
 // empty argument, only printable ASCII without white space or any of
 // " ' \ * ? [ ], no "--", nothing named liken.* or panic (the boot
 // script's own parameters: extra arguments come after them and would win),
+// no sysctl.kernel.panic (nor sysctl/kernel/panic and its other spellings),
 // at most MaxKernelArgs arguments and MaxKernelArgsLen bytes in all. The
 // error names the argument.
 func ValidateKernelArgs(args []string) error {
@@ -73,6 +74,9 @@ func ValidateKernelArgs(args []string) error {
 		if name == "panic" {
 			return fmt.Errorf("kernel argument %q: liken's boot script sets panic= so that a kernel that fails reboots into the proven slot; it cannot be changed", a)
 		}
+		if SetsKernelPanic(name) {
+			return fmt.Errorf("kernel argument %q sets the sysctl kernel.panic, which keeps a kernel that fails from rebooting into the proven slot; it cannot be set", a)
+		}
 		total += len(a)
 		if i > 0 {
 			total++
@@ -82,6 +86,28 @@ func ValidateKernelArgs(args []string) error {
 		return fmt.Errorf("kernel arguments take %d bytes, more than the %d the boot loader is given for them; shorten settings.kernelArgs", total, MaxKernelArgsLen)
 	}
 	return nil
+}
+
+// SetsKernelPanic tells whether the kernel parameter name sets the sysctl
+// kernel.panic at boot: the kernel reads sysctl.<path>=<value>, with '.'
+// or '/' between the parts of the path (and repeated separators ignored),
+// as a write to /proc/sys/<path>. kernel.panic=0 would leave a kernel that
+// panics in a trial hanging instead of rebooting into the proven slot.
+func SetsKernelPanic(name string) bool {
+	rest, ok := strings.CutPrefix(name, "sysctl")
+	if !ok || rest == "" || (rest[0] != '.' && rest[0] != '/') {
+		return false
+	}
+	return IsKernelPanicSysctl(rest)
+}
+
+// IsKernelPanicSysctl tells whether a sysctl name (kernel.panic,
+// kernel/panic, with any repetition of the separators) names kernel.panic,
+// the seconds before a kernel that panics reboots. liken sets it (panic=5
+// on the kernel command line) and never lets configuration change it.
+func IsKernelPanicSysctl(name string) bool {
+	parts := strings.FieldsFunc(name, func(r rune) bool { return r == '.' || r == '/' })
+	return len(parts) == 2 && parts[0] == "kernel" && parts[1] == "panic"
 }
 
 // KernelArgsConfig returns the contents of KernelArgsFile for args: a

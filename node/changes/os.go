@@ -116,10 +116,16 @@ func (o *OS) sysctls(s map[string]string) error {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	// Check every name before writing any value.
 	for _, k := range names {
 		if !sysctlName.MatchString(k) || strings.Contains(k, "..") {
 			return fmt.Errorf("sysctl %q is not a kernel parameter name (such as vm.max_map_count)", k)
 		}
+		if boot.IsKernelPanicSysctl(k) {
+			return fmt.Errorf("sysctl %s is set by liken (a kernel that fails reboots into the proven slot after 5 seconds) and cannot be changed: remove it from the Cluster's settings.sysctls", k)
+		}
+	}
+	for _, k := range names {
 		p := o.path(filepath.Join("proc/sys", strings.ReplaceAll(k, ".", "/")))
 		if err := os.WriteFile(p, []byte(s[k]+"\n"), 0o644); err != nil {
 			return fmt.Errorf("setting sysctl %s=%s: %w", k, s[k], err)

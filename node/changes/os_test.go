@@ -63,6 +63,22 @@ func TestOSApplierRefusesBadValues(t *testing.T) {
 	cfg := base()
 	cfg.Settings.Sysctls = map[string]string{"../../etc/passwd": "x"}
 	assert.ErrorContains(t, o.ApplyLive(ctx, cfg, nil), `sysctl "../../etc/passwd" is not a kernel parameter name`)
+	// kernel.panic=0 would leave a trial that panics hanging: it is
+	// refused, live and at boot (a trial boot applies its sysctls), and
+	// nothing is written, not even the other sysctls.
+	for _, apply := range []func(Config) error{
+		func(c Config) error { return o.ApplyLive(ctx, c, nil) },
+		func(c Config) error { return o.Boot(ctx, c) },
+	} {
+		assert.NilError(t, os.MkdirAll(filepath.Join(o.Root, "proc/sys/kernel"), 0o755))
+		cfg = base()
+		cfg.Settings.Sysctls = map[string]string{"kernel.panic": "0", "a.first": "1"}
+		assert.ErrorContains(t, apply(cfg), "sysctl kernel.panic is set by liken")
+		_, err := os.Stat(filepath.Join(o.Root, "proc/sys/kernel/panic"))
+		assert.Assert(t, os.IsNotExist(err), "kernel.panic written")
+		_, err = os.Stat(filepath.Join(o.Root, "proc/sys/a/first"))
+		assert.Assert(t, os.IsNotExist(err), "a sysctl written before the refusal")
+	}
 	cfg = base()
 	cfg.Disks[0].MountPoint = "/etc"
 	assert.ErrorContains(t, o.Boot(ctx, cfg), "must be a folder under /var")

@@ -110,6 +110,11 @@ type Daemon struct {
 	// the newer copy.
 	written  *likenv1.Machine
 	replaced map[string]bool
+
+	// wdMu guards wdDone: set once the watchdog is disarmed (or let go),
+	// after which nobody feeds it.
+	wdMu   sync.Mutex
+	wdDone bool
 }
 
 // New checks o and returns a Daemon; Run starts it.
@@ -131,6 +136,8 @@ func New(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("booted slot %q is not A or B", o.Boot.Slot)
 	case o.Boot.BootID == "":
 		return nil, errors.New("the boot ID is required")
+	case o.Boot.BootedAt.IsZero():
+		return nil, errors.New("the time the machine booted is required")
 	}
 	d := &Daemon{o: o, t: o.Timing, clock: o.Clock, http: o.HTTPClient}
 	d.t.defaults()
@@ -385,17 +392,32 @@ func withKindCluster(o runtime.Object) runtime.Object {
 	return c
 }
 
-// nodeReady tells whether the node's Ready condition is True.
-func nodeReady(n *corev1.Node) bool {
+// readyThisBoot tells whether the node's Ready condition was posted by
+// the kubelet of this boot, and if not, what the trial still waits for.
+// After a reboot Kubernetes keeps a silent Node Ready for a while (the
+// node-monitor grace period): a Ready only counts when the Node's
+// status.nodeInfo.bootID is this boot's and its heartbeat is not older
+// than the boot's start (whole seconds, as the API server keeps them).
+func readyThisBoot(n *corev1.Node, bootID string, bootedAt time.Time) (bool, string) {
 	if n == nil {
-		return false
+		return false, "the Node does not exist"
+	}
+	if got := n.Status.NodeInfo.BootID; got != bootID {
+		return false, fmt.Sprintf("the kubelet of this boot has not posted the Node's status (its boot ID is %q, this boot is %q)", got, bootID)
 	}
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+		if c.Type != corev1.NodeReady {
+			continue
 		}
+		if c.Status != corev1.ConditionTrue {
+			return false, fmt.Sprintf("the node %s is not Ready (%s: %s)", n.Name, c.Reason, c.Message)
+		}
+		if c.LastHeartbeatTime.Time.Before(bootedAt.Truncate(time.Second)) {
+			return false, fmt.Sprintf("the node's Ready heartbeat (%s) is older than this boot (%s)", c.LastHeartbeatTime.UTC().Format(time.RFC3339), bootedAt.UTC().Format(time.RFC3339))
+		}
+		return true, ""
 	}
-	return false
+	return false, fmt.Sprintf("the node %s is not Ready (no Ready condition)", n.Name)
 }
 
 // update changes the state on disk under d.mu and keeps it in memory only

@@ -56,7 +56,10 @@ type env struct {
 	// resourceVersion and those that changed nothing.
 	version, conflicts, unchanged int
 	evicted                       []string
-	nodeDown                      bool
+	// kubeletDown keeps the test's kubelet from posting the Node's status
+	// in the next boots; bootID is the current boot.
+	kubeletDown bool
+	bootID      string
 }
 
 func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
@@ -126,6 +129,17 @@ func newEnv(t *testing.T, policy likenv1.RebootPolicy) *env {
 		return true, out, e.lk.Tracker().Update(gvr, out, "")
 	})
 	e.kube = kubefake.NewClientset(node)
+	// The kubelet of each new boot posts the Node's status: the boot's ID
+	// and a Ready heartbeat (unless the test stopped it).
+	e.m.OnBoot = func(bi daemon.BootInfo) {
+		e.mu.Lock()
+		down := e.kubeletDown
+		e.bootID = bi.BootID
+		e.mu.Unlock()
+		if !down {
+			e.postNode(bi.BootID, true)
+		}
+	}
 	e.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ca := a.(k8stesting.CreateAction)
 		if ca.GetSubresource() != "eviction" {
@@ -229,14 +243,28 @@ func (e *env) revoke() {
 	assert.NilError(e.t, err)
 }
 
+// setNodeReady posts the Node's Ready condition for the current boot;
+// false also stops the kubelet of later boots, as a
+// release whose kubelet never starts does.
 func (e *env) setNodeReady(ready bool) {
+	e.t.Helper()
+	e.mu.Lock()
+	e.kubeletDown = !ready
+	id := e.bootID
+	e.mu.Unlock()
+	e.postNode(id, ready)
+}
+
+// postNode writes the Node's status as a kubelet of boot bootID does.
+func (e *env) postNode(bootID string, ready bool) {
 	e.t.Helper()
 	n := e.node()
 	s := corev1.ConditionTrue
 	if !ready {
 		s = corev1.ConditionFalse
 	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}
+	n.Status.NodeInfo.BootID = bootID
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s, LastHeartbeatTime: metav1.Now()}}
 	_, err := e.kube.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
 	assert.NilError(e.t, err)
 }
@@ -434,7 +462,7 @@ func TestTrialThatNeverRejoins(t *testing.T) {
 	m := e.waitPhase(likenv1.MachineDegraded)
 	tf := cond(m, likenv1.ConditionTrialFailed)
 	assert.Equal(t, tf.Status, metav1.ConditionTrue)
-	assert.Assert(t, is.Contains(tf.Message, "is not Ready"), tf.Message)
+	assert.Assert(t, is.Contains(tf.Message, "the kubelet of this boot has not posted the Node's status"), tf.Message)
 	assert.Equal(t, m.Status.Version, v1)
 	assert.Equal(t, slotStates(m)["B"], likenv1.SlotFailed)
 	assert.Equal(t, m.Status.Change, "", "a machine whose trial failed asks for no turn")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/release"
+	"liken.sh/liken/node/watchdog"
 )
 
 // BootInfo is what the running boot says about itself.
@@ -32,11 +34,15 @@ type BootInfo struct {
 	BootID string
 	// Version is the release of the running image.
 	Version string
+	// BootedAt is when the machine booted: a trial commits only on a Node
+	// Ready heartbeat from after it.
+	BootedAt time.Time
 }
 
-// ReadBootInfo reads the kernel command line, the boot ID and the running
-// image's release file.
-func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile string) (BootInfo, error) {
+// ReadBootInfo reads the kernel command line, the boot ID, the running
+// image's release file, and the boot time (the btime line of statFile,
+// /proc/stat on a machine).
+func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile, statFile string) (BootInfo, error) {
 	var bi BootInfo
 	b, err := os.ReadFile(cmdlineFile)
 	if err != nil {
@@ -60,7 +66,32 @@ func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile string) (BootInfo, error)
 	if bi.Version, err = ParseReleaseFile(b); err != nil {
 		return bi, fmt.Errorf("%s: %w", releaseFile, err)
 	}
+	b, err = os.ReadFile(statFile)
+	if err != nil {
+		return bi, fmt.Errorf("reading the boot time: %w", err)
+	}
+	if bi.BootedAt, err = ParseBootTime(b); err != nil {
+		return bi, fmt.Errorf("%s: %w", statFile, err)
+	}
 	return bi, nil
+}
+
+// ParseBootTime reads the boot time from the btime line of /proc/stat
+// (seconds since the epoch).
+func ParseBootTime(stat []byte) (time.Time, error) {
+	sc := bufio.NewScanner(bytes.NewReader(stat))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && f[0] == "btime" {
+			secs, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil || secs <= 0 {
+				return time.Time{}, fmt.Errorf("btime %q is not a time in seconds since 1970", f[1])
+			}
+			return time.Unix(secs, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime line: the boot time is unknown")
 }
 
 // ParseReleaseFile reads the version of the running image from its release
@@ -158,6 +189,8 @@ type Timing struct {
 	// EventFlush bounds how long a turn's reboot waits for its Rebooting
 	// event to reach the API server (2s).
 	EventFlush time.Duration
+	// WatchdogFeed is how often a trial boot feeds its watchdog (10s).
+	WatchdogFeed time.Duration
 }
 
 func (t *Timing) defaults() {
@@ -175,6 +208,7 @@ func (t *Timing) defaults() {
 	set(&t.EvictRetryMax, 30*time.Second)
 	set(&t.APIRetry, 2*time.Second)
 	set(&t.EventFlush, 2*time.Second)
+	set(&t.WatchdogFeed, 10*time.Second)
 }
 
 // Options configure a Daemon.
@@ -195,6 +229,11 @@ type Options struct {
 	Observer changes.Observer
 	// Rebooter reboots the machine.
 	Rebooter Rebooter
+	// Watchdog is the watchdog the image's init armed for a trial boot,
+	// opened by liken-node; nil when there is none. The daemon feeds it
+	// while the trial is under way and disarms it only when the trial
+	// commits (docs/design/boot.md, "The trial watchdog").
+	Watchdog watchdog.Watchdog
 	// HTTPClient downloads releases; nil uses a client with sane timeouts.
 	HTTPClient *http.Client
 	// Clock is the daemon's clock; nil is the real one.

@@ -181,6 +181,19 @@ func (d *Daemon) startDownload(ctx context.Context, v *view, slot string) {
 }
 
 func (d *Daemon) runDownload(ctx context.Context, dl *download, source string) error {
+	// No byte goes into the inactive slot while the boot loader could
+	// still try it: a power cut mid-write would boot half a release.
+	d.mu.Lock()
+	var safe error
+	if d.turn != nil || d.st.Trial != nil {
+		safe = errors.New("a turn or a trial is under way")
+	} else {
+		safe = d.disarmLeftovers(ctx)
+	}
+	d.mu.Unlock()
+	if safe != nil {
+		return fmt.Errorf("not writing into slot %s while the next boot might try it: %w", dl.slot, safe)
+	}
 	h, err := d.slots.BeginDownload(dl.slot, dl.target)
 	if errors.Is(err, slots.ErrAlreadyStaged) {
 		return nil

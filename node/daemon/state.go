@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,11 @@ import (
 // reboot, relative to --root.
 const StateFile = "state/daemon.json"
 
+// stateFormat is the format the daemon writes. Daemons of every release
+// read each other's state: a newer daemon only adds fields (an older one
+// ignores them, and a newer one reads their absence as the old behaviour),
+// never renames a field or gives it a new meaning, and reads any format
+// version as this one.
 const (
 	stateFormat   = 1
 	maxStateBytes = 4 << 20
@@ -88,6 +92,12 @@ type trialRecord struct {
 	// ArmedAt is when the trial was armed; ArmedBootID the boot that armed it.
 	ArmedAt     time.Time `json:"armedAt"`
 	ArmedBootID string    `json:"armedBootID"`
+	// Arming is set while the boot loader's flag is being armed: the
+	// record is written first, then the flag, then Arming is cleared. A
+	// boot of the proven slot that finds it set knows the trial was never
+	// armed (the power failed in between): no trial failed. (Written only
+	// as true, so a record of an older daemon reads as armed.)
+	Arming bool `json:"arming,omitempty"`
 	// StartedAt is when the daemon first ran in the trial boot.
 	StartedAt time.Time `json:"startedAt,omitempty"`
 	// Failure is why the trial boot gave up, written by the trial boot
@@ -150,15 +160,17 @@ func loadState(root string) (*diskState, error) {
 	if len(b) > maxStateBytes {
 		return nil, fmt.Errorf("the daemon state %s is larger than %d bytes; it is not liken's", p, maxStateBytes)
 	}
+	// Not strict: a state written by a newer liken-node (the trial boot of
+	// a newer release, whose trial may fail and leave this file to the
+	// proven slot's older daemon) may hold fields this one does not know.
 	st := &diskState{}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(st); err != nil {
+	if err := json.Unmarshal(b, st); err != nil {
 		return nil, fmt.Errorf("the daemon state %s is unreadable (%v): move it away to start over from the Machine and Cluster (a trial under way is then forgotten and the machine stays on its proven slot)", p, err)
 	}
-	if st.FormatVersion != stateFormat {
-		return nil, fmt.Errorf("the daemon state %s has format %d; this liken-node reads format %d", p, st.FormatVersion, stateFormat)
+	if st.FormatVersion < 1 {
+		return nil, fmt.Errorf("the daemon state %s has no format version; it is not liken's: move it away to start over from the Machine and Cluster", p)
 	}
+	st.FormatVersion = stateFormat
 	return st, nil
 }
 

@@ -190,7 +190,7 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		return "a change waits for a reboot; see the RebootPending condition"
 	case likenv1.MachineUpdating:
 		if d.mode == modeTrial {
-			return fmt.Sprintf("trial boot of slot %s: waiting until %s", st.Slot, d.trialWaitingFor)
+			return fmt.Sprintf("trial boot of slot %s: not committed yet, because %s", st.Slot, d.trialWaitingFor)
 		}
 		return "cordon, drain and reboot into the new release"
 	case likenv1.MachineRebooting:

@@ -130,9 +130,12 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 			if d.lastStatusErr != nil {
 				d.trialWaitingFor += ": " + d.lastStatusErr.Error()
 			}
-		case !nodeReady(node):
-			d.trialWaitingFor = fmt.Sprintf("the node %s is not Ready", d.o.Machine)
 		default:
+			ready, why := readyThisBoot(node, d.o.Boot.BootID, d.o.Boot.BootedAt)
+			if !ready {
+				d.trialWaitingFor = why
+				break
+			}
 			if err := d.commitTrial(ctx, m, c); err != nil {
 				return 0, err
 			}

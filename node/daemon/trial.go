@@ -38,6 +38,11 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	log = log.WithValues("slot", booted, "trial", d.o.Boot.Trial, "bootID", bootID, "version", d.o.Boot.Version, "newBoot", newBoot)
 
 	bs, err := d.o.Bootloader.State()
+	if err != nil && d.o.Boot.Trial {
+		// Nothing this boot could commit: give the trial up (StartFailed
+		// reboots; the flag is already cleared, so the proven slot boots).
+		return fmt.Errorf("reading the boot state in a trial boot: %w", err)
+	}
 	if err != nil {
 		d.mode, d.confusion = modeConfused, fmt.Sprintf("the boot state cannot be read (%v): the machine writes no slot and takes no turn until it can", err)
 		log.Error(err, "Reading the boot state failed")
@@ -67,6 +72,27 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 			next.Trial = &trialRecord{Slot: string(booted), Version: d.o.Boot.Version, ArmedAt: now, StartedAt: now,
 				Failure: fmt.Sprintf("slot %s was booted as a trial, but it holds no staged release liken armed a trial for", booted)}
 		}
+	case booted == bs.Proven && tr != nil && tr.Slot == string(booted) && tr.ArmedBootID != bootID:
+		// The trial boot committed in the boot loader and stopped (a power
+		// cut, or the trial timer after a write that failed) before the
+		// slot store and this file said so: the boot loader decides, so the
+		// commit is finished here.
+		d.mode = modeNormal
+		if err := d.slots.Commit(tr.Slot); err != nil {
+			log.Error(err, "Finishing the commit of the slot the boot loader already proves", "trialSlot", tr.Slot)
+		}
+		log.Info("Finished a commit interrupted after the boot loader's write", "slot", tr.Slot, "release", tr.Version)
+		d.pendingEvents = append(d.pendingEvents, pendingEvent{"Normal", ReasonTrialSucceeded, "Commit",
+			fmt.Sprintf("The trial of release %s in slot %s had committed in the boot loader before the machine stopped; liken-node finished the commit: slot %s is the proven slot", tr.Version, tr.Slot, tr.Slot)})
+		next.Trial, next.TrialFailure = nil, nil
+		settleTurn(next)
+	case booted == bs.Proven && tr != nil && tr.Arming && tr.ArmedBootID != bootID:
+		// The power failed between the trial record and the boot loader's
+		// flag: no trial boot happened, none failed. A half-written flag
+		// (the backup copy armed) is withdrawn below, before anything else.
+		d.mode = modeNormal
+		log.Info("The trial was recorded but never armed before the machine stopped; the machine asks for its turn again", "trialSlot", tr.Slot, "release", tr.Version)
+		next.Trial = nil
 	case booted == bs.Proven:
 		d.mode = modeNormal
 		if tr != nil && tr.ArmedBootID != bootID {
@@ -104,12 +130,17 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 		}
 		if t := next.Turn; t != nil && t.BootID != bootID && d.mode != modeTrial {
 			// The turn's reboot happened; the trial (if any) was settled above.
-			if t.RebootRequest != "" {
-				next.ObservedRebootRequest = t.RebootRequest
-			}
-			next.Turn = nil
+			settleTurn(next)
 		}
 		next.BootID, next.BootSeen = bootID, now
+	}
+	if d.mode == modeNormal && next.Trial == nil {
+		// No trial is due: a flag left armed (a power cut while it was
+		// armed or withdrawn, a boot loader that could not clear it) or a
+		// damaged copy is repaired now, before anything is written.
+		if err := d.disarmLeftovers(ctx); err != nil {
+			log.Error(err, "Repairing the boot state failed; no release is downloaded until it succeeds")
+		}
 	}
 	if err := next.save(d.o.Root); err != nil {
 		return err
@@ -117,8 +148,60 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	d.st = next
 	if d.mode == modeTrial {
 		d.startTrialTimer(ctx)
+		d.feedWatchdog(ctx)
+	} else if d.mode == modeNormal {
+		// Nothing left to try (a commit was finished): the watchdog the
+		// init armed for this boot is not needed.
+		d.disarmWatchdog(ctx)
 	}
 	log.Info("Boot examined", "mode", d.modeName())
+	return nil
+}
+
+// settleTurn forgets the turn whose reboot happened, and remembers the
+// reboot request it honoured.
+func settleTurn(st *diskState) {
+	if t := st.Turn; t != nil {
+		if t.RebootRequest != "" {
+			st.ObservedRebootRequest = t.RebootRequest
+		}
+		st.Turn = nil
+	}
+}
+
+// disarmLeftovers withdraws a trial flag no turn of this boot armed and
+// repairs the two copies of the boot state, and says whether it is safe
+// to write into the inactive slot: never while a trial is armed, since a
+// power cut in the middle of the write would trial-boot half-written
+// bytes. Call with d.mu held, with no turn under way.
+func (d *Daemon) disarmLeftovers(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	bs, err := d.o.Bootloader.State()
+	if err != nil && d.o.Boot.Trial {
+		// Nothing this boot could commit: give the trial up (StartFailed
+		// reboots; the flag is already cleared, so the proven slot boots).
+		return fmt.Errorf("reading the boot state in a trial boot: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the boot state: %w", err)
+	}
+	damaged := d.o.Bootloader.Check()
+	if bs.Trial == "" && damaged == nil {
+		return nil
+	}
+	log.Info("Withdrawing a trial flag no turn armed, and repairing both copies of the boot state", "state", bs, "check", damaged)
+	if err := d.o.Bootloader.DisarmTrial(); err != nil {
+		return fmt.Errorf("withdrawing the trial flag (%s): %w", bs, err)
+	}
+	if bs, err = d.o.Bootloader.State(); err != nil {
+		return fmt.Errorf("reading the boot state: %w", err)
+	}
+	if bs.Trial != "" {
+		return fmt.Errorf("the boot state still arms a trial of slot %s after it was withdrawn; check the boot folder's grubenv", bs.Trial)
+	}
+	if err := d.o.Bootloader.Check(); err != nil {
+		return fmt.Errorf("the boot state is still damaged after it was rewritten: %w", err)
+	}
 	return nil
 }
 
@@ -211,12 +294,7 @@ func (d *Daemon) commitTrial(ctx context.Context, m *likenv1.Machine, c *likenv1
 	if err := d.update(func(st *diskState) {
 		st.Trial = nil
 		st.TrialFailure = nil
-		if st.Turn != nil {
-			if st.Turn.RebootRequest != "" {
-				st.ObservedRebootRequest = st.Turn.RebootRequest
-			}
-			st.Turn = nil
-		}
+		settleTurn(st)
 	}); err != nil {
 		return err
 	}
@@ -224,7 +302,64 @@ func (d *Daemon) commitTrial(ctx context.Context, m *likenv1.Machine, c *likenv1
 	if d.trialTimer != nil {
 		d.trialTimer.Stop()
 	}
+	d.disarmWatchdog(ctx)
 	log.Info("Trial succeeded; slot committed as proven", "slot", slot, "release", tr.Version)
 	d.event(m, c, "Normal", ReasonTrialSucceeded, "Commit", "The trial of release %s in slot %s succeeded: the node is Ready and liken-node reached the API server; slot %s is now the proven slot", tr.Version, slot, slot)
 	return nil
+}
+
+// feedWatchdog feeds the watchdog the init armed for this trial boot until
+// the trial commits (disarmWatchdog) or liken-node stops: a liken-node
+// that hangs, or stops and does not come back, lets it reset the machine
+// into the proven slot. It does not take d.mu, so no slow work under the
+// lock delays it.
+func (d *Daemon) feedWatchdog(ctx context.Context) {
+	wd := d.o.Watchdog
+	if wd == nil {
+		return
+	}
+	log := klog.FromContext(ctx)
+	t := d.clock.NewTicker(d.t.WatchdogFeed)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer t.Stop()
+		for {
+			d.wdMu.Lock()
+			if d.wdDone {
+				d.wdMu.Unlock()
+				return
+			}
+			err := wd.Keepalive()
+			d.wdMu.Unlock()
+			if err != nil {
+				log.Error(err, "Feeding the trial watchdog failed; it resets the machine into the proven slot unless a later feeding succeeds")
+			}
+			select {
+			case <-ctx.Done():
+				// Stopping (SIGTERM, or the trial gave up and reboots):
+				// the watchdog stays armed.
+				return
+			case <-t.C():
+			}
+		}
+	}()
+}
+
+// disarmWatchdog stops the trial's watchdog for good: the trial committed.
+func (d *Daemon) disarmWatchdog(ctx context.Context) {
+	if d.o.Watchdog == nil {
+		return
+	}
+	d.wdMu.Lock()
+	defer d.wdMu.Unlock()
+	if d.wdDone {
+		return
+	}
+	d.wdDone = true
+	if err := d.o.Watchdog.Disarm(); err != nil {
+		klog.FromContext(ctx).Error(err, "Disarming the trial watchdog failed; the machine may reset once more, into the slot now proven")
+		return
+	}
+	klog.FromContext(ctx).Info("Trial watchdog disarmed")
 }

@@ -251,18 +251,33 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 		return
 	}
 	if trial {
+		// The record first (marked Arming), then the flag, then the mark
+		// cleared: a power cut at any point leaves either no flag and a
+		// record the next boot drops, or a flag and a record for it.
 		rec := &trialRecord{Slot: h.slot, Version: h.release.Version, Digest: h.release.Digest,
 			Timeout: Duration(c.Spec.Disruption.TrialTimeoutOrDefault()), ArmedAt: d.clock.Now(), ArmedBootID: d.o.Boot.BootID,
-			Resume: c.Annotations[likenv1.AnnotationResumeRollout]}
+			Resume: c.Annotations[likenv1.AnnotationResumeRollout], Arming: true}
 		if err := d.update(func(st *diskState) { st.Trial = rec }); err != nil {
 			d.mu.Unlock()
 			log.Error(err, "Recording the trial failed; not rebooting")
 			return
 		}
 		if err := d.o.Bootloader.ArmTrial(boot.Slot(h.slot)); err != nil {
+			if derr := d.o.Bootloader.DisarmTrial(); derr != nil {
+				log.Error(derr, "Withdrawing the trial that could not be armed failed; the next write repairs it")
+			}
 			_ = d.update(func(st *diskState) { st.Trial = nil })
 			d.mu.Unlock()
 			log.Error(err, "Arming the trial failed; not rebooting")
+			return
+		}
+		if err := d.update(func(st *diskState) { st.Trial.Arming = false }); err != nil {
+			if derr := d.o.Bootloader.DisarmTrial(); derr != nil {
+				log.Error(derr, "Withdrawing the trial whose record could not be written failed")
+			}
+			_ = d.update(func(st *diskState) { st.Trial = nil })
+			d.mu.Unlock()
+			log.Error(err, "Recording the armed trial failed; not rebooting")
 			return
 		}
 		sent = append(sent, d.sink.expect(ReasonTrialArmed))

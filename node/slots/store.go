@@ -14,7 +14,6 @@
 package slots
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -178,14 +177,16 @@ func (s *Store) read() (diskState, error) {
 	if len(b) > maxStateBytes {
 		return st, fmt.Errorf("%s is larger than %d bytes", s.statePath(), maxStateBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st); err != nil {
+	// Not strict: the store of a newer release (whose trial may fail and
+	// leave the file to the proven slot's older daemon) may hold fields
+	// this one does not know. Fields are only ever added.
+	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("%s: %w", s.statePath(), err)
 	}
-	if st.FormatVersion != stateVersion {
-		return st, fmt.Errorf("%s: format version %d, expected %d", s.statePath(), st.FormatVersion, stateVersion)
+	if st.FormatVersion < 1 {
+		return st, fmt.Errorf("%s: no format version", s.statePath())
 	}
+	st.FormatVersion = stateVersion
 	if len(st.Slots) != 2 || st.Slots[0].Name != A || st.Slots[1].Name != B {
 		return st, fmt.Errorf("%s: expected the slots A and B", s.statePath())
 	}

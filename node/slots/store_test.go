@@ -132,6 +132,24 @@ func TestOpenUnreadableState(t *testing.T) {
 	}
 }
 
+// TestOpenStateOfAnotherRelease: the store a newer (or older) liken-node
+// wrote, with fields this one does not know, is read as it is: the slot
+// whose trial failed stays Failed instead of the store starting over.
+func TestOpenStateOfAnotherRelease(t *testing.T) {
+	root := t.TempDir()
+	assert.NilError(t, os.MkdirAll(filepath.Join(root, "state"), 0o755))
+	content := `{"formatVersion": 2, "futureField": true,
+		"slots": [{"name": "A", "state": "Active", "version": "` + v1 + `", "since": "2026-07-20T10:00:00Z"},
+		          {"name": "B", "state": "Failed", "version": "` + v2 + `", "message": "trial failed", "since": "2026-07-21T10:00:00Z", "bootCount": 1}]}`
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "state", "slots.json"), []byte(content), 0o644))
+	s := open(t, root, slots.A)
+	assert.Check(t, is.Equal(state(t, s, slots.A).State, v1alpha1.SlotActive))
+	b := state(t, s, slots.B)
+	assert.Check(t, is.Equal(b.State, v1alpha1.SlotFailed))
+	assert.Check(t, is.Equal(b.Version, v2))
+	assert.Check(t, is.Equal(b.Message, "trial failed"))
+}
+
 // TestLifecycle: install, download, stage, trial boot, commit, and the
 // next release into the slot that became Previous.
 func TestLifecycle(t *testing.T) {

@@ -403,6 +403,16 @@ func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on 
 	return nil
 }
 
+// PostNodeBoot does what a kubelet does when it starts in a new boot: it
+// posts the Node's status with the boot's ID (status.nodeInfo.bootID) and
+// a Ready heartbeat of now. Call it once the node's power is on.
+func PostNodeBoot(ctx context.Context, cs kubernetes.Interface, name, bootID string) error {
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q},"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":%q}]}}`, bootID, now)
+	_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	return err
+}
+
 // Kubectl runs kubectl as the admin and returns its combined output.
 func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
 	return cp.KubectlAs(ctx, cp.AdminKubeconfig, args...)

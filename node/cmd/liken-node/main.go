@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
+	"liken.sh/liken/node/watchdog"
 )
 
 type runFlags struct {
@@ -32,6 +34,8 @@ type runFlags struct {
 	cmdlineFile   string
 	bootIDFile    string
 	osReleaseFile string
+	statFile      string
+	watchdog      string
 	appliers      string
 }
 
@@ -74,6 +78,8 @@ func run() int {
 	fl.StringVar(&f.bootDir, "boot-dir", "/boot/grub", "folder of the GRUB environment block (grubenv and grubenv.bak)")
 	fl.StringVar(&f.cmdlineFile, "cmdline-file", "/proc/cmdline", "kernel command line (liken.slot=, liken.trial=)")
 	fl.StringVar(&f.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding this boot's ID")
+	fl.StringVar(&f.watchdog, "watchdog", watchdog.DefaultDevice, "the watchdog device the init arms before a trial boot's liken-node starts; fed until the trial commits, then disarmed (empty: none)")
+	fl.StringVar(&f.statFile, "stat-file", "/proc/stat", "kernel statistics holding the boot time (btime)")
 	fl.StringVar(&f.osReleaseFile, "os-release-file", "/etc/liken/release", "the running image's release file (VERSION=YYYY.MM.DD-NNN)")
 	fl.StringVar(&f.appliers, "appliers", "os", "os: change the real operating system and reboot with the reboot system call; record: record changes in <root>/applier.log and exit with code 100 to reboot (the lab)")
 	_ = runCmd.MarkFlagRequired("machine")
@@ -95,10 +101,26 @@ func run() int {
 }
 
 func runDaemon(ctx context.Context, f runFlags) error {
-	bi, err := daemon.ReadBootInfo(f.cmdlineFile, f.bootIDFile, f.osReleaseFile)
-	if err != nil {
-		return err
+	var rebooter daemon.Rebooter
+	switch f.appliers {
+	case "os":
+		rebooter = daemon.SystemRebooter{}
+	case "record":
+		rebooter = daemon.ExitRebooter{}
+	default:
+		return fmt.Errorf("--appliers=%q: choose os (a real machine) or record (the lab)", f.appliers)
 	}
+	// ReadBootInfo reads the command line first: even when it fails on a
+	// later file, bi.Trial tells whether this is a trial boot.
+	bi, err := daemon.ReadBootInfo(f.cmdlineFile, f.bootIDFile, f.osReleaseFile, f.statFile)
+	if err == nil {
+		err = start(ctx, f, bi, rebooter)
+	}
+	return daemon.StartFailed(ctx, bi, rebooter, err)
+}
+
+func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.Rebooter) error {
+	log := klog.FromContext(ctx)
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -121,21 +143,36 @@ func runDaemon(ctx context.Context, f runFlags) error {
 		Liken:      lk,
 		Boot:       bi,
 		Bootloader: boot.NewGRUB(f.bootDir),
+		Rebooter:   rebooter,
+	}
+	if bi.Trial && f.watchdog != "" {
+		// The init armed it before this liken-node started; it stays
+		// armed until the trial commits.
+		wd, err := watchdog.Open(f.watchdog, 0)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			log.Info("No watchdog device: nothing resets a trial boot that hangs", "device", f.watchdog)
+		case err != nil && wd == nil:
+			log.Error(err, "Opening the trial watchdog failed; if the init armed it, it resets the machine into the proven slot")
+		default:
+			if err != nil {
+				log.Error(err, "The trial watchdog")
+			}
+			o.Watchdog = wd
+		}
 	}
 	switch f.appliers {
 	case "os":
 		a := &changes.OS{Root: "/"}
-		o.Applier, o.Observer, o.Rebooter = a, a, daemon.SystemRebooter{}
+		o.Applier, o.Observer = a, a
 	case "record":
 		r := changes.NewRecorder(filepath.Join(f.root, "applier.log"))
-		o.Applier, o.Observer, o.Rebooter = r, r, daemon.ExitRebooter{}
-	default:
-		return fmt.Errorf("--appliers=%q: choose os (a real machine) or record (the lab)", f.appliers)
+		o.Applier, o.Observer = r, r
 	}
 	d, err := daemon.New(o)
 	if err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("liken-node starting", "version", version.Version, "machine", f.machine, "slot", bi.Slot, "trial", bi.Trial, "release", bi.Version, "bootID", bi.BootID)
+	log.Info("liken-node starting", "version", version.Version, "machine", f.machine, "slot", bi.Slot, "trial", bi.Trial, "release", bi.Version, "bootID", bi.BootID)
 	return d.Run(ctx)
 }

@@ -166,6 +166,10 @@ type Machine struct {
 	// Recorder is the machine's applier and observer; it survives boots
 	// (its log is on disk).
 	Recorder *changes.Recorder
+	// OnBoot, when set, runs at each power-on before the daemon starts:
+	// the test's kubelet, which posts the Node's status for the boot (its
+	// boot ID and a Ready heartbeat). A trial commits only on those.
+	OnBoot func(daemon.BootInfo)
 
 	mu    sync.Mutex
 	boots int
@@ -214,7 +218,7 @@ func (m *Machine) PowerOn() (daemon.BootInfo, error) {
 	m.boots++
 	n := m.boots
 	m.mu.Unlock()
-	return daemon.BootInfo{Slot: sel.Slot, Trial: sel.Trial, BootID: fmt.Sprintf("%s-boot-%d", m.Name, n), Version: doc.Version}, nil
+	return daemon.BootInfo{Slot: sel.Slot, Trial: sel.Trial, BootID: fmt.Sprintf("%s-boot-%d", m.Name, n), Version: doc.Version, BootedAt: time.Now()}, nil
 }
 
 // Running is a daemon running in a goroutine.
@@ -233,6 +237,9 @@ func (m *Machine) Start(t testing.TB, o daemon.Options) *Running {
 	bi, err := m.PowerOn()
 	if err != nil {
 		t.Fatalf("powering on %s: %v", m.Name, err)
+	}
+	if m.OnBoot != nil {
+		m.OnBoot(bi)
 	}
 	return m.StartIn(t, o, bi)
 }

@@ -1,0 +1,52 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+)
+
+// A trial boot of a newer release rewrites the state file; when its trial
+// fails, the proven slot's older daemon must read it (and a newer daemon
+// must read an older one's), or the machine never comes back.
+func TestStateReadAcrossReleases(t *testing.T) {
+	armed := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		file string
+		want *diskState
+		err  string
+	}{
+		{
+			name: "written by a newer daemon, with fields this one does not know",
+			file: `{"formatVersion": 2, "bootID": "b-2", "futureField": {"x": 1},
+				"trial": {"slot": "B", "version": "2026.11.20-001", "digest": "sha256:ab", "timeout": "10m0s",
+					"armedAt": "2026-11-20T10:00:00Z", "armedBootID": "b-1", "failure": "the node is not Ready", "watchdogSeconds": 60}}`,
+			want: &diskState{FormatVersion: stateFormat, BootID: "b-2", Trial: &trialRecord{Slot: "B", Version: "2026.11.20-001", Digest: "sha256:ab",
+				Timeout: Duration(10 * time.Minute), ArmedAt: armed, ArmedBootID: "b-1", Failure: "the node is not Ready"}},
+		},
+		{
+			name: "written by an older daemon, without the newer fields",
+			file: `{"formatVersion": 1, "bootID": "b-1"}`,
+			want: &diskState{FormatVersion: stateFormat, BootID: "b-1"},
+		},
+		{name: "not JSON", file: `{"formatVersion": 1,`, err: "is unreadable"},
+		{name: "no format version", file: `{"bootID": "b-1"}`, err: "has no format version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			assert.NilError(t, os.MkdirAll(filepath.Join(root, "state"), 0o755))
+			assert.NilError(t, os.WriteFile(filepath.Join(root, StateFile), []byte(tc.file), 0o644))
+			st, err := loadState(root)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			assert.NilError(t, err)
+			assert.DeepEqual(t, st, tc.want)
+		})
+	}
+}
