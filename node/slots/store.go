@@ -109,9 +109,10 @@ func WithClock(c clock.PassiveClock) Option { return func(s *Store) { s.clock = 
 // safe for concurrent use. Every change is on disk before the method
 // returns, so a Store opened after a crash sees the last state.
 type Store struct {
-	root   string
-	booted string
-	clock  clock.PassiveClock
+	root     string
+	booted   string
+	bootPart string // the boot partition's folder, or ""
+	clock    clock.PassiveClock
 
 	mu  sync.Mutex
 	st  diskState // the state as last written to disk
@@ -391,6 +392,11 @@ func (s *Store) BeginDownload(name string, target release.Target) (*Download, er
 	if err := s.write(st); err != nil {
 		return nil, err
 	}
+	// Marked Downloading on disk: GRUB is given nothing of this slot to
+	// load until Stage installs verified boot files.
+	if err := s.clearBootFiles(name); err != nil {
+		return nil, err
+	}
 	dir := s.Dir(name)
 	if !resume {
 		// Marked Downloading on disk: now the old content may go.
@@ -429,12 +435,16 @@ func (s *Store) Withdraw(name string) error {
 	if st.Download != nil && st.Download.Slot == name {
 		st.Download = nil
 	}
-	return s.write(st)
+	if err := s.write(st); err != nil {
+		return err
+	}
+	return s.clearBootFiles(name)
 }
 
 // Stage re-reads the whole slot (release.yaml against the digest, every
-// artifact against the document, nothing else in the slot) and marks it
-// Staged when everything verifies. When something does not verify, the
+// artifact against the document, nothing else in the slot), installs the
+// release's kernel and initramfs on the boot partition (WithBootPartition),
+// and marks the slot Staged when everything verifies. When something does not verify, the
 // slot is marked Failed with the reason and the error (a *release.Error)
 // is returned. The slot must be Downloading; its download handle stops
 // writing. If ctx ends, or the slot is withdrawn or retargeted meanwhile,
@@ -455,6 +465,12 @@ func (s *Store) Stage(ctx context.Context, name string) (*release.Document, erro
 	s.mu.Unlock()
 
 	doc, verr := s.verify(ctx, name, cur.Target())
+	if verr == nil {
+		// The slot verified: its kernel and initramfs go where GRUB loads
+		// them. The slot is still Downloading on disk, so a power cut here
+		// leaves a slot no trial is armed for.
+		verr = s.installBootFiles(ctx, name, doc)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -492,8 +508,10 @@ func (s *Store) verify(ctx context.Context, name string, target release.Target) 
 }
 
 // Recheck re-reads a Staged or Active slot against its release, as before
-// arming a trial boot. A Staged slot that does not verify is marked Failed
-// (an Active slot is only reported: it is never cleared).
+// arming a trial boot: the slot's files and, with a boot partition, the
+// kernel and initramfs GRUB would load for it. A Staged slot that does not
+// verify is marked Failed (an Active slot is only reported: it is never
+// cleared).
 func (s *Store) Recheck(ctx context.Context, name string) (*release.Document, error) {
 	cur, err := s.Get(name)
 	if err != nil {
@@ -503,6 +521,9 @@ func (s *Store) Recheck(ctx context.Context, name string) (*release.Document, er
 		return nil, fmt.Errorf("slot %s is %s: only a Staged or Active slot can be re-checked: %w", name, cur.State, ErrWrongState)
 	}
 	doc, verr := s.verify(ctx, name, cur.Target())
+	if verr == nil {
+		verr = s.verifyBootFiles(ctx, name, doc)
+	}
 	if re := (*release.Error)(nil); errors.As(verr, &re) {
 		// These bytes verified before: a mismatch now happened on disk.
 		re.Recheck = true
