@@ -41,6 +41,24 @@ type disk struct {
 	size   int64 // of a block device
 }
 
+// reopen opens the disk again after mke2fs wrote to it (mke2fs opens a
+// block device exclusively too, so the disk is closed while it runs).
+func (d *disk) reopen() error {
+	flags := os.O_RDWR
+	if d.device {
+		flags |= os.O_EXCL
+	}
+	f, err := os.OpenFile(d.path, flags, 0)
+	if errors.Is(err, syscall.EBUSY) {
+		return fmt.Errorf("%s became busy while it was written: another program opened or mounted it; run liken install again once it is free", d.path)
+	}
+	if err != nil {
+		return err
+	}
+	d.f = f
+	return nil
+}
+
 func (d *disk) Close() error {
 	if d.f == nil {
 		return nil

@@ -284,6 +284,11 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 	if err := d.prepare(size); err != nil {
 		return nil, err
 	}
+	// mke2fs opens a block device exclusively itself, and refuses a
+	// mounted one: the disk stays closed while it runs.
+	if err := d.Close(); err != nil {
+		return nil, err
+	}
 	fss := []diskimage.FS{
 		{Type: "ext2", Label: BootLabel, BlockSize: bootBlock, Tree: trees[BootLabel]},
 		{Type: "ext4", Label: LayerLabel, Tree: trees[LayerLabel]},
@@ -300,6 +305,9 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 		if err := fs.Make(d.path); err != nil {
 			return nil, fmt.Errorf("writing partition %d (%s) of %s: %w", i+1, fs.Label, o.Disk, err)
 		}
+	}
+	if err := d.reopen(); err != nil {
+		return nil, err
 	}
 	step("GRUB's boot code and the partition table")
 	if err := diskimage.WriteBootCode(d.f, code.BootImg, code.CoreImg, parts); err != nil {

@@ -316,3 +316,26 @@ func TestBootFilesPowerCut(t *testing.T) {
 		})
 	}
 }
+
+// TestBootFilesWithdrawnWhileStaged: a release withdrawn while Stage
+// copies its kernel leaves no boot files behind for the emptied slot.
+func TestBootFilesWithdrawnWhileStaged(t *testing.T) {
+	ctx := context.Background()
+	c := newChannel(t)
+	first, second := c.publishBoot(v1, true), c.publishBoot(v2, true)
+	root, bootPart := t.TempDir(), t.TempDir()
+	assert.NilError(t, slots.Install(ctx, root, slots.A, c.releaseDir(v1), first, slots.WithBootPartition(bootPart)))
+	s := openBoot(t, root, bootPart, slots.A)
+	c.download(t, s, slots.B, second)
+	defer slots.SetPowerCut(func(p string) {
+		if strings.HasPrefix(p, "renamed ") && strings.HasSuffix(p, "initrd.img") {
+			assert.NilError(t, s.Withdraw(slots.B))
+		}
+	})()
+	_, err := s.Stage(ctx, slots.B)
+	assert.Check(t, is.ErrorIs(err, slots.ErrWithdrawn))
+	assert.Check(t, is.Equal(state(t, s, slots.B).State, v1alpha1.SlotEmpty))
+	kernel, initrd, others := bootFiles(t, bootPart, slots.B)
+	assert.Check(t, is.Equal(kernel+initrd, ""))
+	assert.Check(t, is.Len(others, 0))
+}

@@ -475,6 +475,13 @@ func (s *Store) Stage(ctx context.Context, name string) (*release.Document, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen != gen || s.st.Slots[slotIndex(name)] != cur {
+		// Withdrawn or retargeted meanwhile: the boot files just installed
+		// belong to a release the slot no longer holds.
+		if verr == nil && s.writable(name) == nil && s.st.Slots[slotIndex(name)].State != v1alpha1.SlotStaged {
+			if err := s.clearBootFiles(name); err != nil {
+				return nil, errors.Join(fmt.Errorf("slot %s changed while it was verified; nothing staged: %w", name, ErrWithdrawn), err)
+			}
+		}
 		return nil, fmt.Errorf("slot %s changed while it was verified; nothing staged: %w", name, ErrWithdrawn)
 	}
 	if verr != nil && ctx.Err() != nil {
