@@ -328,7 +328,7 @@ func TestBootFilesWithdrawnWhileStaged(t *testing.T) {
 	s := openBoot(t, root, bootPart, slots.A)
 	c.download(t, s, slots.B, second)
 	defer slots.SetPowerCut(func(p string) {
-		if strings.HasPrefix(p, "written ") && strings.HasSuffix(p, "vmlinuz") {
+		if strings.HasPrefix(p, "renamed ") && strings.HasSuffix(p, "vmlinuz") {
 			assert.NilError(t, s.Withdraw(slots.B))
 		}
 	})()
