@@ -35,10 +35,11 @@ func (h host) paths() (mountinfo, swaps, sysfs string) {
 
 // disk is the disk being written.
 type disk struct {
-	path   string
-	f      *os.File
-	device bool  // a block device, else an image file
-	size   int64 // of a block device
+	path    string
+	f       *os.File
+	device  bool  // a block device, else an image file
+	size    int64 // of a block device
+	created bool  // a new image file, removed if the install fails
 }
 
 // reopen opens the disk again after mke2fs wrote to it (mke2fs opens a
@@ -85,7 +86,7 @@ func (h host) openDisk(path string) (*disk, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating the image file: %w", err)
 		}
-		return &disk{path: abs, f: f}, nil
+		return &disk{path: abs, f: f, created: true}, nil
 	case err != nil:
 		return nil, err
 	case fi.Mode().IsRegular():

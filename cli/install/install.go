@@ -162,7 +162,7 @@ type Result struct {
 // Install writes the disk (see the command's help). It checks everything
 // it can (layer, machine, release and catalog, the disk not in use) before
 // it writes to the disk.
-func Install(ctx context.Context, o Options) (*Result, error) {
+func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	start := time.Now()
 	progress := o.Progress
 	if progress == nil {
@@ -217,7 +217,12 @@ func Install(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer d.Close()
+	defer func() {
+		d.Close()
+		if err != nil && d.created {
+			os.Remove(d.path)
+		}
+	}()
 	minSize := minDiskSize(doc.TotalSize())
 	size := d.size
 	switch {

@@ -108,7 +108,7 @@ var testBootCode = &BootCode{BootImg: bytes.Repeat([]byte{0xb0}, diskimage.Secto
 
 func (f *fixture) options(t *testing.T, layerFile string) Options {
 	return Options{
-		Disk: filepath.Join(f.dir, "disk.img"), Release: filepath.Join(f.channel, v1), Layer: layerFile, Machine: "node-1",
+		Disk: filepath.Join(t.TempDir(), "disk.img"), Release: filepath.Join(f.channel, v1), Layer: layerFile, Machine: "node-1",
 		GRUB: testBootCode, TempDir: t.TempDir(),
 		host: host{mountinfo: writeFile(t, "mountinfo", ""), swaps: writeFile(t, "swaps", "Filename\tType\tSize\tUsed\tPriority\n"), sysfs: t.TempDir()},
 	}
@@ -238,6 +238,7 @@ func TestInstallRefuses(t *testing.T) {
 		name   string
 		change func(t *testing.T, o *Options)
 		want   string
+		inUse  bool // about a disk in use: no new file can be
 	}{
 		{
 			name:   "a machine the layer does not have",
@@ -263,14 +264,25 @@ func TestInstallRefuses(t *testing.T) {
 				assert.NilError(t, os.MkdirAll(dir, 0o755))
 				assert.NilError(t, os.WriteFile(filepath.Join(dir, "backing_file"), []byte(o.Disk+"\n"), 0o644))
 			},
-			want: "disk.img is in use: it is attached to /dev/loop3",
+			want:  "disk.img is in use: it is attached to /dev/loop3",
+			inUse: true,
 		},
 		{
 			name: "a mounted image file",
 			change: func(t *testing.T, o *Options) {
 				o.host.mountinfo = writeFile(t, "mountinfo", "36 35 0:45 / /mnt/my\\040disk rw,relatime shared:1 - ext4 "+o.Disk+" rw\n")
 			},
-			want: `disk.img is in use: it is mounted on /mnt/my disk`,
+			want:  `disk.img is in use: it is mounted on /mnt/my disk`,
+			inUse: true,
+		},
+		{
+			name: "no GRUB to be found",
+			change: func(t *testing.T, o *Options) {
+				o.GRUB = nil
+				t.Setenv("PATH", t.TempDir())
+				t.Setenv("XDG_CACHE_HOME", t.TempDir())
+			},
+			want: "no GRUB for BIOS on this computer",
 		},
 		{
 			name:   "an image file too small",
@@ -288,6 +300,17 @@ func TestInstallRefuses(t *testing.T) {
 			b, err := os.ReadFile(o.Disk)
 			assert.NilError(t, err)
 			assert.Check(t, is.Equal(string(b), string(old)), "the disk was written")
+		})
+		if tc.inUse {
+			continue
+		}
+		t.Run(tc.name+", new image file", func(t *testing.T) {
+			o := f.options(t, good)
+			tc.change(t, &o)
+			_, err := Install(context.Background(), o)
+			assert.Check(t, is.ErrorContains(err, tc.want))
+			_, err = os.Stat(o.Disk)
+			assert.Check(t, os.IsNotExist(err), "a new image file is removed when the install fails")
 		})
 	}
 }
