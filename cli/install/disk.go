@@ -231,8 +231,8 @@ func (h host) deviceInUse(path string, fi os.FileInfo) error {
 
 // devName is a device number as the kernel writes it: major:minor.
 func devName(rdev uint64) string {
-	major := (rdev>>8)&0xfff | (rdev>>32)&^0xfff
-	minor := rdev&0xff | (rdev>>12)&^0xff
+	major := (rdev>>8)&0xfff | (rdev>>32)&0xfffff000
+	minor := rdev&0xff | (rdev>>12)&0xffffff00
 	return fmt.Sprintf("%d:%d", major, minor)
 }
 
