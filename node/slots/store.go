@@ -6,11 +6,18 @@
 //	state/slots.json     the state of each slot and the progress of the
 //	                     download under way, replaced atomically with fsync
 //
+// and, with WithBootPartition, on the boot partition GRUB reads:
+//
+//	A/, B/               vmlinuz and initrd.img: the slot's kernel and
+//	                     initramfs, from a Staged or Active slot's release
+//
 // The store enforces the rules that keep a machine bootable: the slot the
 // machine runs from and a proven (Active) slot are never written, a slot
 // is marked Downloading before any byte of a new release is written into
 // it, and a slot becomes Staged only through Stage, which re-reads and
-// re-hashes its whole content against the release digest.
+// re-hashes its whole content against the release digest. A slot's boot
+// files are removed as soon as a download into it begins, and installed,
+// verified, only by Stage.
 package slots
 
 import (
@@ -444,8 +451,8 @@ func (s *Store) Withdraw(name string) error {
 // Stage re-reads the whole slot (release.yaml against the digest, every
 // artifact against the document, nothing else in the slot), installs the
 // release's kernel and initramfs on the boot partition (WithBootPartition),
-// and marks the slot Staged when everything verifies. When something does not verify, the
-// slot is marked Failed with the reason and the error (a *release.Error)
+// and marks the slot Staged when everything verifies. When something does
+// not verify, the slot is marked Failed with the reason and the error (a *release.Error)
 // is returned. The slot must be Downloading; its download handle stops
 // writing. If ctx ends, or the slot is withdrawn or retargeted meanwhile,
 // the slot keeps its state and nothing is staged.
