@@ -426,8 +426,8 @@ func (s *Store) BeginDownload(name string, target release.Target) (*Download, er
 
 // Withdraw stops the download into slot name (its handle stops writing and
 // its context is canceled) and marks the slot Empty: the staged or
-// half-downloaded release is gone. It refuses the booted and the proven
-// slot; an Empty slot stays Empty.
+// half-downloaded release is gone, and so are its boot files. It refuses
+// the booted and the proven slot; an Empty slot stays Empty.
 func (s *Store) Withdraw(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
