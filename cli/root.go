@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"liken.sh/liken/cli/install"
 	"liken.sh/liken/cli/kube"
 	"liken.sh/liken/cli/lab"
 	"liken.sh/liken/cli/layer"
@@ -82,6 +83,7 @@ follows rollouts.`,
 		rollout.NewCommand(flags),
 	)
 	add(groupInstall,
+		install.NewCommand(),
 		layer.NewCommand(),
 		release.NewCommand(),
 	)

@@ -442,7 +442,11 @@ func installMachine(ctx context.Context, m MachineInfo, channelDir, version, dig
 			return err
 		}
 	}
-	if err := slots.Install(ctx, disk, string(boot.SlotA), filepath.Join(channelDir, version), release.Target{Version: version, Digest: digest}); err != nil {
+	// The machine's folder stands for its boot partition, as liken-node
+	// sees it (the parent of --boot-dir): a release with a kernel gets it
+	// installed in <machine>/A.
+	if err := slots.Install(ctx, disk, string(boot.SlotA), filepath.Join(channelDir, version), release.Target{Version: version, Digest: digest},
+		slots.WithBootPartition(m.Dir)); err != nil {
 		return err
 	}
 	env, err := boot.Encode(boot.State{Proven: boot.SlotA}, nil)

@@ -3,7 +3,6 @@ package boote2e
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,13 +12,14 @@ import (
 	"strings"
 
 	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/boot/diskimage"
 )
 
 const (
-	sectorSize = 512
+	sectorSize = diskimage.SectorSize
 	// partStart is the first sector of the boot partition (1 MiB): GRUB's
 	// core image lives in the gap before it.
-	partStart = 2048
+	partStart = diskimage.FirstSector
 	// fsBlock is the ext2 block size: with 1 KiB blocks each copy of the
 	// environment is exactly one block.
 	fsBlock = 1024
@@ -165,39 +165,13 @@ func (k *Kit) assemble(path, fsImg string, fsSize int64) error {
 	if err != nil {
 		return err
 	}
-	if len(mbr) != sectorSize {
-		return fmt.Errorf("%s is %d bytes, want %d", k.BootImg, len(mbr), sectorSize)
-	}
-	if len(core) > (partStart-1)*sectorSize {
-		return fmt.Errorf("GRUB core image (%d bytes) does not fit before the partition", len(core))
-	}
-	// As grub-bios-setup does for a hard disk: the jump over the BIOS
-	// drive-number check becomes two NOPs, and the partition table replaces
-	// boot.img's floppy code.
-	mbr[0x66], mbr[0x67] = 0x90, 0x90
-	for i := 0x1be; i < 0x1fe; i++ {
-		mbr[i] = 0
-	}
-	// Partition 1: active, Linux, LBA start and length (CHS fields unused).
-	sectors := uint32(fsSize / sectorSize)
-	e := mbr[0x1be : 0x1be+16]
-	e[0] = 0x80
-	e[1], e[2], e[3] = 0xfe, 0xff, 0xff
-	e[4] = 0x83
-	e[5], e[6], e[7] = 0xfe, 0xff, 0xff
-	binary.LittleEndian.PutUint32(e[8:], partStart)
-	binary.LittleEndian.PutUint32(e[12:], sectors)
-	mbr[510], mbr[511] = 0x55, 0xaa
-
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if _, err := f.WriteAt(mbr, 0); err != nil {
-		return err
-	}
-	if _, err := f.WriteAt(core, sectorSize); err != nil {
+	parts := []diskimage.Partition{{Start: partStart, Sectors: uint32(fsSize / sectorSize), Type: diskimage.TypeLinux, Active: true}}
+	if err := diskimage.WriteBootCode(f, mbr, core, parts); err != nil {
 		return err
 	}
 	part, err := os.Open(fsImg)

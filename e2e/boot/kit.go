@@ -20,6 +20,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"liken.sh/liken/node/boot/diskimage"
 )
 
 // Packages are the Debian packages the kit unpacks. The kernel image is
@@ -43,13 +45,6 @@ const kernelMeta = "linux-image-cloud-amd64"
 // dependencies are added; modules built into the kernel are skipped): the
 // disk, its file system, the watchdog.
 var SlotModules = []string{"virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "softdog"}
-
-// GrubModules go into GRUB's core image, so GRUB reads nothing but
-// grub.cfg, grubenv and the kernels from the boot partition.
-var GrubModules = []string{
-	"biosdisk", "part_msdos", "ext2", "normal", "configfile", "linux", "loadenv",
-	"test", "echo", "reboot", "halt", "sleep", "serial", "terminal",
-}
 
 // Kit is an unpacked set of tools and a kernel.
 type Kit struct {
@@ -127,9 +122,11 @@ func Prepare(logf func(string, ...any)) (*Kit, error) {
 	}
 	k.BootImg = filepath.Join(k.Root, "usr/lib/grub/i386-pc/boot.img")
 	k.CoreImg = filepath.Join(build, "core.img")
-	args := append([]string{"-O", "i386-pc", "-d", filepath.Join(k.Root, "usr/lib/grub/i386-pc"),
-		"-p", "(hd0,msdos1)/boot/grub", "-o", k.CoreImg}, GrubModules...)
-	if err := k.run("grub-mkimage", args...); err != nil {
+	core, err := diskimage.UnpackedGRUB(k.Root).CoreImage("(hd0,msdos1)/boot/grub")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(k.CoreImg, core, 0o644); err != nil {
 		return nil, err
 	}
 	return k, nil

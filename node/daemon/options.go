@@ -224,6 +224,10 @@ type Options struct {
 	Boot BootInfo
 	// Bootloader keeps the proven slot and the trial flag.
 	Bootloader boot.Bootloader
+	// BootPartition is the folder the boot partition is mounted on (/boot):
+	// staging a slot installs the release's kernel and initramfs in
+	// <BootPartition>/<slot>/. Empty installs none (the lab).
+	BootPartition string
 	// Applier changes the machine; Observer reports what it sees.
 	Applier  changes.Applier
 	Observer changes.Observer

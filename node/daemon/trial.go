@@ -19,7 +19,7 @@ import (
 // returns to the proven slot in time even with no API server.
 func (d *Daemon) startBoot(ctx context.Context) error {
 	log := klog.FromContext(ctx)
-	store, err := slots.Open(ctx, d.o.Root, string(d.o.Boot.Slot), slots.WithClock(d.clock))
+	store, err := slots.Open(ctx, d.o.Root, string(d.o.Boot.Slot), slots.WithClock(d.clock), slots.WithBootPartition(d.o.BootPartition))
 	if err != nil {
 		return fmt.Errorf("opening the slot store: %w", err)
 	}

@@ -62,6 +62,11 @@ const (
 	IndexName = "index.yaml"
 	// RootfsPath is the artifact every release holds: the OS image.
 	RootfsPath = "rootfs.squashfs"
+	// KernelPath and InitrdPath are the optional artifacts GRUB boots: the
+	// slot store installs them on the boot partition as /<slot>/vmlinuz
+	// and /<slot>/initrd.img when it stages the slot.
+	KernelPath = "boot/vmlinuz"
+	InitrdPath = "boot/initrd.img"
 	// APIVersion marks the format of release documents and indexes.
 	APIVersion = "liken.sh/v1alpha1"
 	// KindRelease is the kind of a release document.

@@ -16,10 +16,12 @@ import (
 // Install puts a release into slot name of a new store under root, as the
 // installer (or the lab, for a new machine) does: it copies release.yaml
 // and every artifact from releaseDir (a release directory of a channel),
-// verifies the slot against target, and records the slot as Active and
-// the other slot as Empty. It refuses a root that already has a state: an
-// installed machine is never overwritten this way.
-func Install(ctx context.Context, root, name, releaseDir string, target release.Target) error {
+// verifies the slot against target, installs the release's kernel and
+// initramfs on the boot partition when opts give one (WithBootPartition),
+// and records the slot as Active and the other slot as Empty. It refuses a
+// root that already has a state: an installed machine is never
+// overwritten this way.
+func Install(ctx context.Context, root, name, releaseDir string, target release.Target, opts ...Option) error {
 	if err := validSlot(name); err != nil {
 		return err
 	}
@@ -48,14 +50,20 @@ func Install(ctx context.Context, root, name, releaseDir string, target release.
 			return fmt.Errorf("installing release %s into slot %s: %w", target.Version, name, err)
 		}
 	}
-	s := &Store{root: root, booted: name}
-	s.clock = realClock()
+	s := &Store{root: root, booted: name, clock: realClock()}
+	for _, o := range opts {
+		o(s)
+	}
 	for _, d := range []string{filepath.Join(root, slotsDir, Other(name)), filepath.Join(root, stateDir)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	if _, err := s.verify(ctx, name, target); err != nil {
+	doc, err = s.verify(ctx, name, target)
+	if err != nil {
+		return err
+	}
+	if err := s.installBootFiles(ctx, name, doc); err != nil {
 		return err
 	}
 	st := s.initial()

@@ -6,11 +6,18 @@
 //	state/slots.json     the state of each slot and the progress of the
 //	                     download under way, replaced atomically with fsync
 //
+// and, with WithBootPartition, on the boot partition GRUB reads:
+//
+//	A/, B/               vmlinuz and initrd.img: the slot's kernel and
+//	                     initramfs, from a Staged or Active slot's release
+//
 // The store enforces the rules that keep a machine bootable: the slot the
 // machine runs from and a proven (Active) slot are never written, a slot
 // is marked Downloading before any byte of a new release is written into
 // it, and a slot becomes Staged only through Stage, which re-reads and
-// re-hashes its whole content against the release digest.
+// re-hashes its whole content against the release digest. A slot's boot
+// files are removed as soon as a download into it begins, and installed,
+// verified, only by Stage.
 package slots
 
 import (
@@ -108,9 +115,10 @@ func WithClock(c clock.PassiveClock) Option { return func(s *Store) { s.clock = 
 // safe for concurrent use. Every change is on disk before the method
 // returns, so a Store opened after a crash sees the last state.
 type Store struct {
-	root   string
-	booted string
-	clock  clock.PassiveClock
+	root     string
+	booted   string
+	bootPart string // the boot partition's folder, or ""
+	clock    clock.PassiveClock
 
 	mu  sync.Mutex
 	st  diskState // the state as last written to disk
@@ -392,6 +400,11 @@ func (s *Store) BeginDownload(name string, target release.Target) (*Download, er
 	if err := s.write(st); err != nil {
 		return nil, err
 	}
+	// Marked Downloading on disk: GRUB is given nothing of this slot to
+	// load until Stage installs verified boot files.
+	if err := s.clearBootFiles(name); err != nil {
+		return nil, err
+	}
 	dir := s.Dir(name)
 	if !resume {
 		// Marked Downloading on disk: now the old content may go.
@@ -414,8 +427,8 @@ func (s *Store) BeginDownload(name string, target release.Target) (*Download, er
 
 // Withdraw stops the download into slot name (its handle stops writing and
 // its context is canceled) and marks the slot Empty: the staged or
-// half-downloaded release is gone. It refuses the booted and the proven
-// slot; an Empty slot stays Empty.
+// half-downloaded release is gone, and so are its boot files. It refuses
+// the booted and the proven slot; an Empty slot stays Empty.
 func (s *Store) Withdraw(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -430,13 +443,17 @@ func (s *Store) Withdraw(name string) error {
 	if st.Download != nil && st.Download.Slot == name {
 		st.Download = nil
 	}
-	return s.write(st)
+	if err := s.write(st); err != nil {
+		return err
+	}
+	return s.clearBootFiles(name)
 }
 
 // Stage re-reads the whole slot (release.yaml against the digest, every
-// artifact against the document, nothing else in the slot) and marks it
-// Staged when everything verifies. When something does not verify, the
-// slot is marked Failed with the reason and the error (a *release.Error)
+// artifact against the document, nothing else in the slot), installs the
+// release's kernel and initramfs on the boot partition (WithBootPartition),
+// and marks the slot Staged when everything verifies. When something does
+// not verify, the slot is marked Failed with the reason and the error (a *release.Error)
 // is returned. The slot must be Downloading; its download handle stops
 // writing. If ctx ends, or the slot is withdrawn or retargeted meanwhile,
 // the slot keeps its state and nothing is staged.
@@ -456,10 +473,23 @@ func (s *Store) Stage(ctx context.Context, name string) (*release.Document, erro
 	s.mu.Unlock()
 
 	doc, verr := s.verify(ctx, name, cur.Target())
+	if verr == nil {
+		// The slot verified: its kernel and initramfs go where GRUB loads
+		// them. The slot is still Downloading on disk, so a power cut here
+		// leaves a slot no trial is armed for.
+		verr = s.installBootFiles(ctx, name, doc)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen != gen || s.st.Slots[slotIndex(name)] != cur {
+		// Withdrawn or retargeted meanwhile: the boot files just installed
+		// belong to a release the slot no longer holds.
+		if verr == nil && s.writable(name) == nil && s.st.Slots[slotIndex(name)].State != v1alpha1.SlotStaged {
+			if err := s.clearBootFiles(name); err != nil {
+				return nil, errors.Join(fmt.Errorf("slot %s changed while it was verified; nothing staged: %w", name, ErrWithdrawn), err)
+			}
+		}
 		return nil, fmt.Errorf("slot %s changed while it was verified; nothing staged: %w", name, ErrWithdrawn)
 	}
 	if verr != nil && ctx.Err() != nil {
@@ -493,8 +523,10 @@ func (s *Store) verify(ctx context.Context, name string, target release.Target) 
 }
 
 // Recheck re-reads a Staged or Active slot against its release, as before
-// arming a trial boot. A Staged slot that does not verify is marked Failed
-// (an Active slot is only reported: it is never cleared).
+// arming a trial boot: the slot's files and, with a boot partition, the
+// kernel and initramfs GRUB would load for it. A Staged slot that does not
+// verify is marked Failed (an Active slot is only reported: it is never
+// cleared).
 func (s *Store) Recheck(ctx context.Context, name string) (*release.Document, error) {
 	cur, err := s.Get(name)
 	if err != nil {
@@ -504,6 +536,9 @@ func (s *Store) Recheck(ctx context.Context, name string) (*release.Document, er
 		return nil, fmt.Errorf("slot %s is %s: only a Staged or Active slot can be re-checked: %w", name, cur.State, ErrWrongState)
 	}
 	doc, verr := s.verify(ctx, name, cur.Target())
+	if verr == nil {
+		verr = s.verifyBootFiles(ctx, name, doc)
+	}
 	if re := (*release.Error)(nil); errors.As(verr, &re) {
 		// These bytes verified before: a mismatch now happened on disk.
 		re.Recheck = true

@@ -31,8 +31,11 @@ import (
 const (
 	bootDev   = "/dev/vda1"
 	bootMount = "/mnt"
-	grubDir   = bootMount + "/boot/grub"
 )
+
+// grubDir is the GRUB folder on the boot partition: /boot/grub on the
+// test disks, /grub on a disk written by liken install (found at mount).
+var grubDir = bootMount + "/boot/grub"
 
 func say(format string, args ...any) {
 	fmt.Printf("LIKEN-"+format+"\n", args...)
@@ -88,6 +91,9 @@ func main() {
 	_ = os.MkdirAll(bootMount, 0o755)
 	if err := syscall.Mount(bootDev, bootMount, "ext4", 0, ""); err != nil {
 		fail("mount %s: %v", bootDev, err)
+	}
+	if _, err := os.Stat(bootMount + "/grub/" + boot.EnvFile); err == nil {
+		grubDir = bootMount + "/grub"
 	}
 	bl := boot.NewGRUB(grubDir)
 	st, err := bl.State()

@@ -75,7 +75,7 @@ func run() int {
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig with the machine's identity (system:node:<machine>); empty uses the in-cluster configuration")
 	fl.StringVar(&f.machine, "machine", "", "this machine's name: its Machine and its Node (required)")
 	fl.StringVar(&f.root, "root", "/var/lib/liken", "the machine's disk state: boot slots, daemon state, applied configuration")
-	fl.StringVar(&f.bootDir, "boot-dir", "/boot/grub", "folder of the GRUB environment block (grubenv and grubenv.bak)")
+	fl.StringVar(&f.bootDir, "boot-dir", "/boot/grub", "folder of the GRUB environment block (grubenv and grubenv.bak), on the boot partition: its parent folder receives each slot's kernel and initramfs (<parent>/A, <parent>/B)")
 	fl.StringVar(&f.cmdlineFile, "cmdline-file", "/proc/cmdline", "kernel command line (liken.slot=, liken.trial=)")
 	fl.StringVar(&f.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding this boot's ID")
 	fl.StringVar(&f.watchdog, "watchdog", watchdog.DefaultDevice, "the watchdog device the init arms before a trial boot's liken-node starts; fed until the trial commits, then disarmed (empty: none)")
@@ -144,6 +144,8 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		Boot:       bi,
 		Bootloader: boot.NewGRUB(f.bootDir),
 		Rebooter:   rebooter,
+		// The boot partition holds the GRUB folder and each slot's kernel.
+		BootPartition: filepath.Dir(filepath.Clean(f.bootDir)),
 	}
 	if bi.Trial && f.watchdog != "" {
 		// The init armed it before this liken-node started; it stays

@@ -1,0 +1,453 @@
+// Package install holds liken install: write a machine's disk (an image file or a block device) with slot A, the boot partition and the deployment layer.
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/cmdutil"
+	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/boot/diskimage"
+	"liken.sh/liken/node/release"
+	"liken.sh/liken/node/slots"
+)
+
+// The disk layout liken install writes (docs/guides/install.md). Sizes and
+// offsets are in bytes; every partition starts on a MiB.
+const (
+	mib = 1 << 20
+	// BootLabel, LayerLabel and SlotsLabel are the file system labels of
+	// the boot partition (1), the layer partition (2) and the slot store
+	// partition (3), by which the machine's initramfs finds them.
+	BootLabel  = "liken-boot"
+	LayerLabel = "liken-layer"
+	SlotsLabel = "liken-slots"
+	// BootSize and LayerSize are the sizes of the boot and the layer
+	// partitions; the slot store takes the rest of the disk.
+	BootSize  = 256 * mib
+	LayerSize = 64 * mib
+	// bootBlock is the boot partition's block size: each copy of the
+	// GRUB environment is then exactly one block, which GRUB's save_env
+	// rewrites in place.
+	bootBlock = 1024
+	// GrubPrefix is where GRUB's core image reads grub.cfg: the grub
+	// folder of the first partition (mounted at /boot, that is
+	// /boot/grub, liken-node's --boot-dir).
+	GrubPrefix = "(hd0,msdos1)/grub"
+	// LayerFile and MachineFile are the files of the layer partition: the
+	// deployment layer, and the name of the machine the disk is for.
+	LayerFile   = "layer.tgz"
+	MachineFile = "machine"
+	// maxMBRBytes is the most an MBR partition table addresses.
+	maxMBRBytes = int64(1<<32-1) * diskimage.SectorSize
+)
+
+// NewCommand returns liken install.
+func NewCommand() *cobra.Command {
+	var o Options
+	var size string
+	cmd := &cobra.Command{
+		Use:   "install --disk PATH --release URL|DIR --layer layer.tgz --machine NAME",
+		Short: "Write a machine's disk: GRUB, slot A with a release, and the deployment layer",
+		Long: `Write a liken machine's disk: an image file (created or resized) or a block
+device (all of it is overwritten). The disk gets an MBR partition table
+with GRUB for BIOS, a boot partition (grub.cfg, the boot state with slot A
+proven, and slot A's kernel and initramfs), the deployment layer and the
+name of the machine, and the slot store: slot A holds the release, slot B
+is empty until the first upgrade.
+
+The release must be one the layer's Cluster catalogues: its release.yaml is
+checked against the catalog digest, and every artifact against release.yaml,
+before a byte is written to the disk. The machine must be in the layer.
+liken install refuses a disk that is mounted, used as swap, held by the
+device mapper, RAID or LVM, opened exclusively by another program, or an
+image file attached to a loop device.
+
+GRUB comes from this computer (grub-mkimage and /usr/lib/grub/i386-pc, from
+Debian's grub-pc-bin) or, when it has none, is fetched with apt-get download
+and unpacked under the user's cache folder. Writing the partitions needs
+mke2fs (e2fsprogs) and no root, except for the permission to write a block
+device.`,
+		Example: `  # A disk image for a virtual machine
+  liken install --disk node-1.img --release /srv/liken/2026.10.12-001 --layer layer.tgz --machine node-1
+
+  # A real disk, from a channel on the web
+  liken install --disk /dev/sdb --release https://releases.example.com/2026.10.12-001/ --layer layer.tgz --machine node-2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if size != "" {
+				q, err := resource.ParseQuantity(size)
+				if err != nil || q.Value() <= 0 {
+					return fmt.Errorf("--size %q: give a size such as 4Gi or 8G", size)
+				}
+				o.Size = q.Value()
+			}
+			o.Progress = cmd.ErrOrStderr()
+			res, err := Install(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Wrote %s (%s) for machine %s: slot A holds release %s, slot B is empty.\n",
+				o.Disk, cmdutil.HumanBytes(res.Size), o.Machine, res.Version)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Disk, "disk", "", "The disk to write: an image file (created if missing) or a block device such as /dev/sdb. Everything on it is lost.")
+	f.StringVar(&o.Release, "release", "", "The release for slot A: the URL of its folder on a channel (or of its release.yaml), or a local release folder.")
+	f.StringVar(&o.Layer, "layer", "", "The deployment layer (liken layer pack), holding the Cluster that catalogues the release and the machine.")
+	f.StringVar(&o.Machine, "machine", "", "The machine this disk is for: a Machine in the layer.")
+	f.StringVar(&size, "size", "", "Size of an image file, such as 8Gi. Default: room for two releases of this size. Not for a block device.")
+	for _, n := range []string{"disk", "release", "layer", "machine"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
+	return cmd
+}
+
+// Options say what to write where.
+type Options struct {
+	// Disk is the image file or block device.
+	Disk string
+	// Release is the release for slot A: a URL or a local folder.
+	Release string
+	// Layer is the deployment layer file.
+	Layer string
+	// Machine is the machine's name.
+	Machine string
+	// Size is the size of an image file; 0 picks one.
+	Size int64
+	// Progress receives a line per step; nil discards them.
+	Progress io.Writer
+	// GRUB is GRUB's boot.img and core image; nil finds GRUB on the host
+	// or fetches it (diskimage.FindGRUB).
+	GRUB *BootCode
+	// HTTPClient downloads a release given by URL; nil uses a default.
+	HTTPClient *http.Client
+	// TempDir is where the partitions' content is assembled; "" is the
+	// system's temporary folder.
+	TempDir string
+
+	host host // the machine's view of mounts and devices; zero is the real one
+}
+
+// BootCode is GRUB for BIOS: the boot sector and the core image.
+type BootCode struct {
+	// BootImg is GRUB's boot.img (512 bytes).
+	BootImg []byte
+	// CoreImg is the core image, built for GrubPrefix.
+	CoreImg []byte
+}
+
+// Result describes a written disk.
+type Result struct {
+	// Version is the release in slot A.
+	Version string
+	// Size is the disk's size in bytes.
+	Size int64
+	// Partitions are the partition table.
+	Partitions []diskimage.Partition
+}
+
+// Install writes the disk (see the command's help). It checks everything
+// it can (layer, machine, release and catalog, the disk not in use) before
+// it writes to the disk.
+func Install(ctx context.Context, o Options) (_ *Result, err error) {
+	start := time.Now()
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	step := func(format string, args ...any) {
+		fmt.Fprintf(progress, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	for flag, v := range map[string]string{"--disk": o.Disk, "--release": o.Release, "--layer": o.Layer, "--machine": o.Machine} {
+		if v == "" {
+			return nil, fmt.Errorf("%s is missing", flag)
+		}
+	}
+
+	// 1. The layer and the machine.
+	lay, err := layer.ReadFile(o.Layer, layer.DefaultLimits)
+	if err != nil {
+		return nil, fmt.Errorf("reading the layer %s: %w", o.Layer, err)
+	}
+	if lay.Machine(o.Machine) == nil {
+		var names []string
+		for _, d := range lay.Machines {
+			names = append(names, d.Name)
+		}
+		return nil, fmt.Errorf("machine %q is not in the layer %s (it holds %s): add its Machine to the layer with liken layer pack, or pick one of those names",
+			o.Machine, o.Layer, listOrNone(names))
+	}
+	cluster := lay.Cluster.Cluster
+	step("Layer %s: Cluster %s, machine %s", o.Layer, cluster.Name, o.Machine)
+
+	// 2. The release, against the Cluster's catalog.
+	ref := o.Release
+	if isURL(ref) && !strings.HasSuffix(ref, ".yaml") {
+		ref = strings.TrimSuffix(ref, "/") + "/" + release.DocumentName
+	}
+	client := o.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Minute}
+	}
+	digest, doc, err := release.DigestOf(ctx, client, ref)
+	if err != nil {
+		return nil, fmt.Errorf("reading the release document %s: %w", ref, err)
+	}
+	target := release.Target{Version: doc.Version, Digest: digest}
+	if err := catalogued(cluster, target, o.Release); err != nil {
+		return nil, err
+	}
+	step("Release %s (%s) is in Cluster %s's catalog with this digest", doc.Version, cmdutil.HumanBytes(doc.TotalSize()), cluster.Name)
+
+	// 3. The disk: not in use, big enough.
+	d, err := o.host.openDisk(o.Disk)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		d.Close()
+		if err != nil && d.created {
+			os.Remove(d.path)
+		}
+	}()
+	minSize := minDiskSize(doc.TotalSize())
+	size := d.size
+	switch {
+	case d.device && o.Size != 0:
+		return nil, fmt.Errorf("--size is for an image file; %s is a block device of %s", o.Disk, cmdutil.HumanBytes(d.size))
+	case d.device && d.size < minSize:
+		return nil, fmt.Errorf("%s holds %s; a machine with release %s needs at least %s (room for two releases)", o.Disk, cmdutil.HumanBytes(d.size), doc.Version, cmdutil.HumanBytes(minSize))
+	case !d.device && o.Size == 0:
+		size = minSize
+	case !d.device && o.Size < minSize:
+		return nil, fmt.Errorf("--size %s is too small: a machine with release %s needs at least %s (room for two releases)", cmdutil.HumanBytes(o.Size), doc.Version, cmdutil.HumanBytes(minSize))
+	case !d.device:
+		size = o.Size
+	}
+	parts := layout(size)
+	step("Disk %s: %s %s, not in use", o.Disk, diskKind(d.device), cmdutil.HumanBytes(size))
+
+	// 4. GRUB.
+	code := o.GRUB
+	if code == nil {
+		if code, err = findBootCode(func(f string, a ...any) { step(f, a...) }); err != nil {
+			return nil, err
+		}
+	}
+
+	// 5. The partitions' content, verified, in a temporary folder.
+	work, err := os.MkdirTemp(o.TempDir, "liken-install-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	releaseDir := o.Release
+	if isURL(o.Release) {
+		releaseDir = filepath.Join(work, "download")
+		if err := download(ctx, client, ref, target, releaseDir, func(done, total int64) {
+			step("Downloading release %s: %s of %s", target.Version, cmdutil.HumanBytes(done), cmdutil.HumanBytes(total))
+		}); err != nil {
+			return nil, err
+		}
+	}
+	trees := map[string]string{BootLabel: filepath.Join(work, "boot"), LayerLabel: filepath.Join(work, "layer"), SlotsLabel: filepath.Join(work, "slots")}
+	for _, t := range trees {
+		if err := os.MkdirAll(t, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	step("Copying release %s into slot A and verifying every file", target.Version)
+	if err := slots.Install(ctx, trees[SlotsLabel], slots.A, releaseDir, target, slots.WithBootPartition(trees[BootLabel])); err != nil {
+		return nil, fmt.Errorf("slot A: %w", err)
+	}
+	if doc.Artifact(release.KernelPath) == nil || doc.Artifact(release.InitrdPath) == nil {
+		step("Warning: release %s has no %s and %s: GRUB will find no kernel to boot on this disk", target.Version, release.KernelPath, release.InitrdPath)
+	}
+	if err := writeBootTree(trees[BootLabel]); err != nil {
+		return nil, err
+	}
+	if err := writeLayerTree(trees[LayerLabel], o.Layer, o.Machine); err != nil {
+		return nil, err
+	}
+
+	// 6. The disk. The boot sector comes last, after it is wiped first: a
+	// disk whose writing stopped half-way does not boot.
+	step("Writing the disk")
+	if err := d.prepare(size); err != nil {
+		return nil, err
+	}
+	// mke2fs opens a block device exclusively itself, and refuses a
+	// mounted one: the disk stays closed while it runs.
+	if err := d.Close(); err != nil {
+		return nil, err
+	}
+	fss := []diskimage.FS{
+		{Type: "ext2", Label: BootLabel, BlockSize: bootBlock, Tree: trees[BootLabel]},
+		{Type: "ext4", Label: LayerLabel, Tree: trees[LayerLabel]},
+		{Type: "ext4", Label: SlotsLabel, Tree: trees[SlotsLabel]},
+	}
+	for i := range fss {
+		fs := &fss[i]
+		fs.Offset, fs.Size = int64(parts[i].Start)*diskimage.SectorSize, int64(parts[i].Sectors)*diskimage.SectorSize
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		content, _ := treeSize(fs.Tree)
+		step("Partition %d of %d, %s: %s file system of %s holding %s", i+1, len(fss), fs.Label, fs.Type, cmdutil.HumanBytes(fs.Size), cmdutil.HumanBytes(content))
+		if err := fs.Make(d.path); err != nil {
+			return nil, fmt.Errorf("writing partition %d (%s) of %s: %w", i+1, fs.Label, o.Disk, err)
+		}
+	}
+	if err := d.reopen(); err != nil {
+		return nil, err
+	}
+	step("GRUB's boot code and the partition table")
+	if err := diskimage.WriteBootCode(d.f, code.BootImg, code.CoreImg, parts); err != nil {
+		return nil, fmt.Errorf("writing GRUB to %s: %w", o.Disk, err)
+	}
+	if err := d.f.Sync(); err != nil {
+		return nil, fmt.Errorf("flushing %s: %w", o.Disk, err)
+	}
+	if err := d.Close(); err != nil {
+		return nil, err
+	}
+	step("Done")
+	return &Result{Version: target.Version, Size: size, Partitions: parts}, nil
+}
+
+// catalogued refuses a release the Cluster does not catalogue with this
+// digest.
+func catalogued(c *v1alpha1.Cluster, t release.Target, ref string) error {
+	var listed []string
+	for _, e := range c.Spec.Releases.Catalog {
+		if e.Version == t.Version {
+			if e.Digest != t.Digest {
+				return fmt.Errorf("release %s at %s has digest %s, but Cluster %s catalogues release %s with digest %s: the release is not the one the Cluster trusts; check the channel, or correct the catalog entry (liken release digest prints it) and pack the layer again",
+					t.Version, ref, t.Digest, c.Name, t.Version, e.Digest)
+			}
+			return nil
+		}
+		listed = append(listed, e.Version)
+	}
+	return fmt.Errorf("release %s (%s) is not in Cluster %s's catalog (spec.releases.catalog lists %s): a machine installed with it would run a release its Cluster does not trust; add its entry (liken release digest %s) to the Cluster and pack the layer again",
+		t.Version, ref, c.Name, listOrNone(listed), ref)
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func isURL(s string) bool { return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") }
+
+func diskKind(device bool) string {
+	if device {
+		return "block device of"
+	}
+	return "image file of"
+}
+
+// minDiskSize is the smallest disk for a release of total bytes: GRUB's
+// MiB, the boot and layer partitions, and a slot store for two releases
+// with room for the file system and the machine's state.
+func minDiskSize(total int64) int64 {
+	store := 2*total + total/4 + 128*mib
+	return roundMiB(mib + BootSize + LayerSize + store)
+}
+
+func roundMiB(n int64) int64 { return (n + mib - 1) / mib * mib }
+
+// layout places the three partitions on a disk of size bytes: boot, layer,
+// then the slot store up to the end (or to what an MBR addresses).
+func layout(size int64) []diskimage.Partition {
+	size = min(size, maxMBRBytes) / mib * mib
+	const s = diskimage.SectorSize
+	boot := diskimage.Partition{Start: diskimage.FirstSector, Sectors: BootSize / s, Type: diskimage.TypeLinux, Active: true}
+	lay := diskimage.Partition{Start: boot.Start + boot.Sectors, Sectors: LayerSize / s, Type: diskimage.TypeLinux}
+	st := lay.Start + lay.Sectors
+	store := diskimage.Partition{Start: st, Sectors: uint32(size/s) - st, Type: diskimage.TypeLinux}
+	return []diskimage.Partition{boot, lay, store}
+}
+
+// writeBootTree writes the boot partition's GRUB folder: grub.cfg and the
+// boot state (slot A proven, no trial) in both copies. Slot A's kernel
+// and initramfs are already there; B's folder is empty.
+func writeBootTree(dir string) error {
+	grub := filepath.Join(dir, "grub")
+	for _, d := range []string{grub, filepath.Join(dir, slots.B)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	env, err := boot.Encode(boot.State{Proven: boot.SlotA}, nil)
+	if err != nil {
+		return err
+	}
+	for name, b := range map[string][]byte{"grub.cfg": boot.GrubConfig(), boot.EnvFile: env, boot.BackupFile: env} {
+		if err := os.WriteFile(filepath.Join(grub, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeLayerTree writes the layer partition: the layer (readable by root
+// only: it holds keys) and the machine's name.
+func writeLayerTree(dir, layerFile, machine string) error {
+	b, err := os.ReadFile(layerFile)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, LayerFile), b, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, MachineFile), []byte(machine+"\n"), 0o644)
+}
+
+func treeSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return err
+	})
+	return n, err
+}
+
+// findBootCode finds or fetches GRUB and builds its core image for liken's
+// disks.
+func findBootCode(logf func(string, ...any)) (*BootCode, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	g, err := diskimage.FindGRUB(filepath.Join(cache, "liken", "grub"), logf)
+	if err != nil {
+		return nil, err
+	}
+	bootImg, err := g.BootImage()
+	if err != nil {
+		return nil, err
+	}
+	core, err := g.CoreImage(GrubPrefix)
+	if err != nil {
+		return nil, err
+	}
+	return &BootCode{BootImg: bootImg, CoreImg: core}, nil
+}

@@ -1,0 +1,379 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/boot/diskimage"
+	"liken.sh/liken/node/release"
+)
+
+const v1, v2 = "2026.10.10-001", "2026.10.12-001"
+
+// fixture is a channel with two releases and what a person installing has.
+type fixture struct {
+	channel string
+	targets map[string]release.Target
+	files   map[string][]byte // release v1's artifacts
+	dir     string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{channel: t.TempDir(), targets: map[string]release.Target{}, files: map[string][]byte{}, dir: t.TempDir()}
+	for _, v := range []string{v1, v2} {
+		src := t.TempDir()
+		var sources []release.Source
+		for _, p := range []string{release.RootfsPath, release.KernelPath, release.InitrdPath} {
+			b := []byte(strings.Repeat(v+" "+p+"\n", 3000))
+			file := filepath.Join(src, filepath.Base(p))
+			assert.NilError(t, os.WriteFile(file, b, 0o644))
+			sources = append(sources, release.Source{Path: p, File: file})
+			if v == v1 {
+				f.files[p] = b
+			}
+		}
+		digest, err := release.Build(f.channel, v, sources, time.Now())
+		assert.NilError(t, err)
+		f.targets[v] = release.Target{Version: v, Digest: digest}
+	}
+	return f
+}
+
+// layer packs a layer whose Cluster catalogues entries, with machines
+// node-1 and node-2, and returns its path.
+func (f *fixture) layer(t *testing.T, catalog ...release.Target) string {
+	t.Helper()
+	var entries strings.Builder
+	for _, c := range catalog {
+		fmt.Fprintf(&entries, "    - version: %q\n      digest: %s\n", c.Version, c.Digest)
+	}
+	docs := fmt.Sprintf(`apiVersion: liken.sh/v1alpha1
+kind: Cluster
+metadata:
+  name: mycluster
+spec:
+  version: %q
+  releases:
+    source: https://releases.example.com
+    catalog:
+%s  network:
+    endpoint: https://10.0.0.10:6443
+---
+`, catalog[0].Version, entries.String())
+	for i, m := range []string{"node-1", "node-2"} {
+		docs += fmt.Sprintf(`apiVersion: liken.sh/v1alpha1
+kind: Machine
+metadata:
+  name: %s
+spec:
+  cluster: mycluster
+  role: Leader
+  rebootPolicy: Auto
+  ports:
+  - name: eth0
+    addresses: [10.0.0.1%d/24]
+---
+`, m, i+1)
+	}
+	parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
+	assert.Assert(t, is.Len(errs, 0), "%v", errs)
+	cluster, machines, errs := layer.CheckFleet(parsed)
+	assert.Assert(t, is.Len(errs, 0), "%v", errs)
+	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: "mycluster"})
+	assert.NilError(t, err)
+	p := filepath.Join(t.TempDir(), "layer.tgz")
+	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: machines, Identity: id}).WriteFile(p, false))
+	return p
+}
+
+// testBootCode stands for GRUB: recognisable bytes where GRUB's go.
+var testBootCode = &BootCode{BootImg: bytes.Repeat([]byte{0xb0}, diskimage.SectorSize), CoreImg: bytes.Repeat([]byte("core"), 8000)}
+
+func (f *fixture) options(t *testing.T, layerFile string) Options {
+	return Options{
+		Disk: filepath.Join(t.TempDir(), "disk.img"), Release: filepath.Join(f.channel, v1), Layer: layerFile, Machine: "node-1",
+		GRUB: testBootCode, TempDir: t.TempDir(),
+		host: host{mountinfo: writeFile(t, "mountinfo", ""), swaps: writeFile(t, "swaps", "Filename\tType\tSize\tUsed\tPriority\n"), sysfs: t.TempDir()},
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	assert.NilError(t, os.WriteFile(p, []byte(content), 0o644))
+	return p
+}
+
+// partFile reads a file from the ext file system of partition i with
+// debugfs.
+func partFile(t *testing.T, disk string, p diskimage.Partition, path string) []byte {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "cat "+path, fmt.Sprintf("%s?offset=%d", disk, int64(p.Start)*diskimage.SectorSize)).Output()
+	assert.NilError(t, err, "debugfs cat %s", path)
+	return out
+}
+
+func partList(t *testing.T, disk string, p diskimage.Partition, dir string) []string {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "ls "+dir, fmt.Sprintf("%s?offset=%d", disk, int64(p.Start)*diskimage.SectorSize)).Output()
+	assert.NilError(t, err, "debugfs ls %s", dir)
+	var names []string
+	for _, n := range strings.Fields(string(out)) {
+		if strings.HasPrefix(n, "(") || n == "." || n == ".." || strings.Trim(n, "0123456789") == "" {
+			continue
+		}
+		names = append(names, n)
+	}
+	return names
+}
+
+// TestInstallImage writes an image file and reads back what a machine
+// boots from: the partition table, GRUB, the boot partition, the layer and
+// slot A, each file system checked by e2fsck.
+func TestInstallImage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		http bool // the release from a channel on the web
+	}{{"release folder", false}, {"release URL", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			lay := f.layer(t, f.targets[v1], f.targets[v2])
+			o := f.options(t, lay)
+			if tc.http {
+				srv := httptest.NewServer(http.FileServer(http.Dir(f.channel)))
+				defer srv.Close()
+				o.Release = srv.URL + "/" + v1 + "/"
+			}
+			var progress bytes.Buffer
+			o.Progress = &progress
+			res, err := Install(context.Background(), o)
+			assert.NilError(t, err)
+			assert.Check(t, is.Equal(res.Version, v1))
+			assert.Check(t, is.Contains(progress.String(), "Partition 3 of 3, liken-slots"))
+
+			fi, err := os.Stat(o.Disk)
+			assert.NilError(t, err)
+			assert.Check(t, is.Equal(fi.Size(), res.Size))
+			disk, err := os.ReadFile(o.Disk)
+			assert.NilError(t, err)
+
+			// The partition table and GRUB.
+			parts, err := diskimage.ReadPartitions(disk[:512])
+			assert.NilError(t, err)
+			assert.DeepEqual(t, parts, res.Partitions)
+			assert.Assert(t, is.Len(parts, 3))
+			assert.Check(t, is.Equal(parts[0].Start, uint32(2048)))
+			assert.Check(t, parts[0].Active && !parts[1].Active && !parts[2].Active)
+			assert.Check(t, is.Equal(int64(parts[0].Sectors)*512, int64(BootSize)))
+			assert.Check(t, is.Equal(int64(parts[1].Sectors)*512, int64(LayerSize)))
+			assert.Check(t, is.Equal(int64(parts[2].Start+parts[2].Sectors)*512, fi.Size()), "the slot store takes the rest of the disk")
+			assert.Check(t, bytes.Equal(disk[:0x66], testBootCode.BootImg[:0x66]), "boot.img in the MBR")
+			assert.Check(t, bytes.Equal(disk[512:512+len(testBootCode.CoreImg)], testBootCode.CoreImg), "the core image from sector 1")
+
+			for i, p := range parts {
+				out, err := exec.Command("e2fsck", "-fn", fmt.Sprintf("%s?offset=%d", o.Disk, int64(p.Start)*512)).CombinedOutput()
+				assert.Check(t, err, "partition %d: %s", i+1, out)
+			}
+
+			// The boot partition.
+			boots := parts[0]
+			assert.Check(t, bytes.Equal(partFile(t, o.Disk, boots, "/grub/grub.cfg"), boot.GrubConfig()))
+			for _, env := range []string{"/grub/grubenv", "/grub/grubenv.bak"} {
+				st, err := boot.Decode(partFile(t, o.Disk, boots, env))
+				assert.NilError(t, err)
+				assert.Check(t, is.Equal(st, boot.State{Proven: boot.SlotA}), env)
+			}
+			assert.Check(t, bytes.Equal(partFile(t, o.Disk, boots, "/A/vmlinuz"), f.files[release.KernelPath]))
+			assert.Check(t, bytes.Equal(partFile(t, o.Disk, boots, "/A/initrd.img"), f.files[release.InitrdPath]))
+			assert.Check(t, is.Len(partList(t, o.Disk, boots, "/B"), 0))
+
+			// The layer partition.
+			want, err := os.ReadFile(lay)
+			assert.NilError(t, err)
+			assert.Check(t, bytes.Equal(partFile(t, o.Disk, parts[1], "/"+LayerFile), want))
+			assert.Check(t, is.Equal(string(partFile(t, o.Disk, parts[1], "/"+MachineFile)), "node-1\n"))
+
+			// The slot store: A holds the release, B is empty.
+			slotsPart := parts[2]
+			for p, b := range f.files {
+				assert.Check(t, bytes.Equal(partFile(t, o.Disk, slotsPart, "/slots/A/"+p), b), p)
+			}
+			doc := partFile(t, o.Disk, slotsPart, "/slots/A/release.yaml")
+			assert.Check(t, is.Equal(release.Digest(doc), f.targets[v1].Digest))
+			assert.Check(t, is.Len(partList(t, o.Disk, slotsPart, "/slots/B"), 0))
+			var st struct {
+				Slots []struct{ Name, State, Version string }
+			}
+			assert.NilError(t, json.Unmarshal(partFile(t, o.Disk, slotsPart, "/state/slots.json"), &st))
+			assert.Check(t, is.Len(st.Slots, 2))
+			assert.Check(t, is.Equal(st.Slots[0].State+" "+st.Slots[0].Version, "Active "+v1))
+			assert.Check(t, is.Equal(st.Slots[1].State, "Empty"))
+		})
+	}
+}
+
+// TestInstallRefuses: what liken install refuses, and that it writes
+// nothing to the disk then.
+func TestInstallRefuses(t *testing.T) {
+	f := newFixture(t)
+	good := f.layer(t, f.targets[v1])
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, o *Options)
+		want   string
+		inUse  bool // about a disk in use: no new file can be
+	}{
+		{
+			name:   "a machine the layer does not have",
+			change: func(t *testing.T, o *Options) { o.Machine = "node-9" },
+			want:   `machine "node-9" is not in the layer ` + good + ` (it holds node-1, node-2)`,
+		},
+		{
+			name:   "a release the Cluster does not catalogue",
+			change: func(t *testing.T, o *Options) { o.Release = filepath.Join(f.channel, v2) },
+			want:   "release " + v2 + " (" + filepath.Join(f.channel, v2) + ") is not in Cluster mycluster's catalog (spec.releases.catalog lists " + v1 + ")",
+		},
+		{
+			name: "a release catalogued with another digest",
+			change: func(t *testing.T, o *Options) {
+				o.Layer = f.layer(t, release.Target{Version: v1, Digest: f.targets[v2].Digest})
+			},
+			want: "but Cluster mycluster catalogues release " + v1 + " with digest " + f.targets[v2].Digest,
+		},
+		{
+			name: "an image file attached to a loop device",
+			change: func(t *testing.T, o *Options) {
+				dir := filepath.Join(o.host.sysfs, "block", "loop3", "loop")
+				assert.NilError(t, os.MkdirAll(dir, 0o755))
+				assert.NilError(t, os.WriteFile(filepath.Join(dir, "backing_file"), []byte(o.Disk+"\n"), 0o644))
+			},
+			want:  "disk.img is in use: it is attached to /dev/loop3",
+			inUse: true,
+		},
+		{
+			name: "a mounted image file",
+			change: func(t *testing.T, o *Options) {
+				o.host.mountinfo = writeFile(t, "mountinfo", "36 35 0:45 / /mnt/my\\040disk rw,relatime shared:1 - ext4 "+o.Disk+" rw\n")
+			},
+			want:  `disk.img is in use: it is mounted on /mnt/my disk`,
+			inUse: true,
+		},
+		{
+			name: "no GRUB to be found",
+			change: func(t *testing.T, o *Options) {
+				o.GRUB = nil
+				t.Setenv("PATH", t.TempDir())
+				t.Setenv("XDG_CACHE_HOME", t.TempDir())
+			},
+			want: "no GRUB for BIOS on this computer",
+		},
+		{
+			name:   "an image file too small",
+			change: func(t *testing.T, o *Options) { o.Size = 100 << 20 },
+			want:   "--size 100.0 MiB is too small",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := f.options(t, good)
+			old := []byte("the disk's old content")
+			assert.NilError(t, os.WriteFile(o.Disk, old, 0o644))
+			tc.change(t, &o)
+			_, err := Install(context.Background(), o)
+			assert.Check(t, is.ErrorContains(err, tc.want))
+			b, err := os.ReadFile(o.Disk)
+			assert.NilError(t, err)
+			assert.Check(t, is.Equal(string(b), string(old)), "the disk was written")
+		})
+		if tc.inUse {
+			continue
+		}
+		t.Run(tc.name+", new image file", func(t *testing.T) {
+			o := f.options(t, good)
+			tc.change(t, &o)
+			_, err := Install(context.Background(), o)
+			assert.Check(t, is.ErrorContains(err, tc.want))
+			_, err = os.Stat(o.Disk)
+			assert.Check(t, os.IsNotExist(err), "a new image file is removed when the install fails")
+		})
+	}
+}
+
+// fakeDevice is the FileInfo of a block device with a device number.
+type fakeDevice struct {
+	os.FileInfo
+	rdev uint64
+}
+
+func (d fakeDevice) Sys() any { return &syscall.Stat_t{Rdev: d.rdev} }
+
+// TestDeviceInUse: a block device is refused when it or a partition of it
+// is mounted, swap, or held by another device, and a partition is refused
+// outright. The kernel's view is a fake /sys and mountinfo.
+func TestDeviceInUse(t *testing.T) {
+	// sdb is 8:16, its partitions 8:17 and 8:18.
+	sysfs := func(t *testing.T) string {
+		root := t.TempDir()
+		disk := filepath.Join(root, "devices", "sdb")
+		for i, dev := range []string{"8:17", "8:18"} {
+			p := filepath.Join(disk, fmt.Sprintf("sdb%d", i+1))
+			assert.NilError(t, os.MkdirAll(filepath.Join(p, "holders"), 0o755))
+			assert.NilError(t, os.WriteFile(filepath.Join(p, "dev"), []byte(dev+"\n"), 0o644))
+			assert.NilError(t, os.WriteFile(filepath.Join(p, "partition"), []byte(fmt.Sprint(i+1)), 0o644))
+			assert.NilError(t, os.MkdirAll(filepath.Join(root, "dev", "block"), 0o755))
+			assert.NilError(t, os.Symlink(p, filepath.Join(root, "dev", "block", dev)))
+		}
+		assert.NilError(t, os.MkdirAll(filepath.Join(disk, "holders"), 0o755))
+		assert.NilError(t, os.Symlink(disk, filepath.Join(root, "dev", "block", "8:16")))
+		return root
+	}
+	fi, err := os.Stat(t.TempDir())
+	assert.NilError(t, err)
+	mk := func(major, minor uint64) fakeDevice { return fakeDevice{fi, major<<8 | minor} }
+	for _, tc := range []struct {
+		name      string
+		dev       fakeDevice
+		mountinfo string
+		setup     func(t *testing.T, sys string)
+		want      string
+	}{
+		{name: "free", dev: mk(8, 16), mountinfo: "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"},
+		{name: "a partition mounted", dev: mk(8, 16), mountinfo: "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 8:18 / /data rw - ext4 /dev/sdb2 rw\n",
+			want: "/dev/sdb is in use: /dev/sdb2 is mounted on /data; unmount it first"},
+		{name: "the disk mounted", dev: mk(8, 16), mountinfo: "40 22 8:16 / /media/usb rw - vfat /dev/sdb rw\n",
+			want: "/dev/sdb is in use: /dev/sdb is mounted on /media/usb"},
+		{name: "held by the device mapper", dev: mk(8, 16), setup: func(t *testing.T, sys string) {
+			assert.NilError(t, os.Mkdir(filepath.Join(sys, "devices", "sdb", "sdb1", "holders", "dm-0"), 0o755))
+		}, want: "/dev/sdb is in use: /dev/sdb1 is held by dm-0 (device mapper, RAID or LVM)"},
+		{name: "a partition given", dev: mk(8, 17), want: "/dev/sdb is a partition: give the whole disk"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := host{mountinfo: writeFile(t, "mountinfo", tc.mountinfo), swaps: writeFile(t, "swaps", "Filename\n"), sysfs: sysfs(t)}
+			if tc.setup != nil {
+				tc.setup(t, h.sysfs)
+			}
+			err := h.deviceInUse("/dev/sdb", tc.dev)
+			if tc.want == "" {
+				assert.NilError(t, err)
+				return
+			}
+			assert.Check(t, is.ErrorContains(err, tc.want))
+		})
+	}
+}
