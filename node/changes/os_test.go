@@ -58,7 +58,7 @@ func TestOSApplier(t *testing.T) {
 }
 
 func TestOSApplierRefusesBadValues(t *testing.T) {
-	o := &OS{Root: t.TempDir(), Run: (&cmdLog{}).run}
+	o := &OS{Root: t.TempDir(), Run: (&cmdLog{}).run, stat: blockDeviceStat}
 	ctx := context.Background()
 	cfg := base()
 	cfg.Settings.Sysctls = map[string]string{"../../etc/passwd": "x"}
