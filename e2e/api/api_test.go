@@ -47,8 +47,8 @@ func setupWith(t *testing.T, opts controlplane.Options) (*controlplane.ControlPl
 	opts.Machines = []string{"node-1", "node-2"}
 	cp := controlplane.StartForTest(t, opts)
 	ctx := context.Background()
-	_, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", manifests)
-	assert.NilError(t, err)
+	out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", manifests)
+	assert.NilError(t, err, out)
 	_, err = cp.Kubectl(ctx, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh")
 	assert.NilError(t, err)
 	cs, err := versioned.NewForConfig(cp.AdminConfig())
