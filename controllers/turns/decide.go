@@ -392,16 +392,25 @@ func endAfterBoot(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target st
 }
 
 // nodeBack is true when the machine's Node shows its kubelet back after
-// the turn's reboot: Ready, with a heartbeat after the grant, from a boot
-// other than the one the turn was granted in (when the kubelet reports
-// its boot ID). A Kubernetes Node stays Ready for about 40 s after its
-// kubelet went silent, so Ready alone may be the last boot's word. A
-// machine without a Node is judged by its own status.
+// the turn's reboot. A Kubernetes Node stays Ready for about 40 s after its
+// kubelet went silent, and the old boot's kubelet may still post Ready
+// after the grant while the machine drains, so Ready alone may be the last
+// boot's word. A kubelet that reports its boot ID settles it: Ready from a
+// boot other than the one the turn was granted in, posted no earlier than
+// the grant's second (the API keeps both times to the second, and a fast
+// machine is back within it). A Node without a boot ID (a simulated one)
+// needs a Ready heartbeat in a later second than the grant. A machine
+// without a Node is judged by its own status.
 func nodeBack(t likenv1.RebootTurn, node Node) bool {
-	if node.State == fleet.NodeMissing {
+	switch {
+	case node.State == fleet.NodeMissing:
 		return true
+	case node.State != fleet.NodeReady:
+		return false
+	case node.BootID != "":
+		return node.BootID != t.BootID && !node.Heartbeat.Before(t.GrantedAt.Time)
 	}
-	return node.State == fleet.NodeReady && node.Heartbeat.After(t.GrantedAt.Time) && (node.BootID == "" || node.BootID != t.BootID)
+	return node.Heartbeat.After(t.GrantedAt.Time)
 }
 
 // nodeNotReady is true when machine m's Node is NotReady, or Ready only by

@@ -44,6 +44,9 @@ type fleetSpec struct {
 	rebootFor time.Duration
 	// renewEvery is the heartbeat period of every machine.
 	renewEvery time.Duration
+	// silentKubelets: back from a reboot, no machine posts its Node's
+	// Ready; the test does.
+	silentKubelets bool
 }
 
 // env is a real control plane with liken's manifests, one Cluster, its
@@ -116,6 +119,7 @@ func setup(t *testing.T, spec fleetSpec) *env {
 		assert.NilError(t, err)
 		e.machines[name] = fleetsim.StartMachine(ctx, t, e.cp, name, fleetsim.MachineOptions{
 			Cluster: clusterName, Version: version1, Tick: 200 * time.Millisecond, RenewEvery: spec.renewEvery, RebootFor: spec.rebootFor,
+			SilentKubelet: spec.silentKubelets,
 		})
 	}
 	return e

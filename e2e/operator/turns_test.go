@@ -7,16 +7,17 @@ import (
 	"gotest.tools/v3/assert"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/lab/controlplane"
 )
 
 // A leader's turn ends only when its Node is Ready from the new boot, not
 // on the Ready Kubernetes keeps for a silent Node: otherwise the next
 // leader goes down while the first one's datastore member is not back.
 // The simulated machines here come back at once and leave their Node
-// alone, so the Node shows the Ready of the last boot until the test
-// powers it on as the new boot's kubelet would.
+// alone, so the Node shows the Ready of the last boot until the test posts
+// the new boot's Ready as its kubelet would.
 func TestLeaderTurnEndsWhenItsNodeIsBack(t *testing.T) {
-	e := setup(t, fleetSpec{leaders: 2, workers: 1, maxUnavailable: "3", renewEvery: time.Second})
+	e := setup(t, fleetSpec{leaders: 2, workers: 1, maxUnavailable: "3", renewEvery: time.Second, silentKubelets: true})
 	e.startOperator("op-a", "--startup-grace=2s", "--machine-lost-after=5s")
 	e.waitFor("the Cluster to read Ready 3/3", time.Minute, func() bool {
 		c := e.cluster()
@@ -48,6 +49,6 @@ func TestLeaderTurnEndsWhenItsNodeIsBack(t *testing.T) {
 
 	// The kubelet of the new boot posts Ready: the turn ends and node-2
 	// gets the next one.
-	assert.NilError(t, e.cp.SetPower(e.ctx, "node-1", true))
+	assert.NilError(t, controlplane.PostNodeBoot(e.ctx, e.kube, "node-1", e.machines["node-1"].BootID()))
 	e.waitFor("node-2 to get its turn", time.Minute, func() bool { return e.cluster().Status.Turns == "node-2" })
 }

@@ -34,9 +34,14 @@ type MachineOptions struct {
 	// Lease in kube-node-lease as a kubelet does it (default 1s).
 	RenewEvery time.Duration
 	// RebootFor is how long a reboot keeps the machine down: its Node is
-	// powered off for that long. Zero: it is back at once and its Node
-	// stays Ready.
+	// powered off for that long. Zero: it is back at once.
 	RebootFor time.Duration
+	// SilentKubelet: the kubelet of a new boot posts nothing, so the Node
+	// keeps the Ready of the last boot until the test posts one
+	// (controlplane.PostNodeBoot). Otherwise, back from a reboot, the
+	// machine posts its Node's Ready with the new boot's ID, as a kubelet
+	// does when it starts.
+	SilentKubelet bool
 }
 
 // since is the time every pending change and condition of a simulated
@@ -263,9 +268,14 @@ func (m *Machine) takeTurn(ctx context.Context, cur *likenv1.Machine, want liken
 		m.observed = request
 	}
 	m.requested = "" // a reboot was what it asked for
+	boot := m.bootID()
 	m.mu.Unlock()
 	if m.o.RebootFor > 0 {
 		_ = m.cp.SetPower(ctx, m.name, true)
 		_ = m.renew(ctx)
+	}
+	if !m.o.SilentKubelet {
+		// A machine without a Node has nothing to post to.
+		_ = controlplane.PostNodeBoot(ctx, m.kube, m.name, boot)
 	}
 }
