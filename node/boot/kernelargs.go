@@ -3,9 +3,10 @@ package boot
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"liken.sh/liken/node/release"
 )
 
 // The extra kernel arguments (the Cluster's settings.kernelArgs) reach the
@@ -150,41 +151,8 @@ func WriteKernelArgs(dir string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, KernelArgsFile), b, 0o644); err != nil {
+	if err := release.WriteFileAtomic(filepath.Join(dir, KernelArgsFile), b, 0o644); err != nil {
 		return fmt.Errorf("writing the kernel arguments for the next boot: %w", err)
 	}
 	return nil
-}
-
-// WriteFileAtomic replaces path with data: temporary file, fsync, rename,
-// fsync of the folder.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
 }
