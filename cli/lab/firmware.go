@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +26,14 @@ import (
 
 // Layout of a simulated machine's folder.
 const (
-	machineDiskDir  = "disk" // the machine's disk: slots and the daemon's state (liken-node --root)
-	machineBootDir  = "boot" // the boot partition: grubenv, grubenv.bak, grub.cfg
-	machineRunDir   = "run"  // what the running OS shows: kernel command line, boot ID, release
-	machineLayer    = "layer.tgz"
-	machineLog      = "machine.log"
-	daemonRestarted = 2 * time.Second
+	machineDiskDir = "disk" // the machine's disk: slots and the daemon's state (liken-node --root)
+	machineBootDir = "boot" // the boot partition: grubenv, grubenv.bak, grub.cfg
+	machineRunDir  = "run"  // what the running OS shows: kernel command line, boot ID, release
+	machineLayer   = "layer.tgz"
+	// machineKubeconfig, on the machine's disk, is its own identity.
+	machineKubeconfig = "kubeconfig"
+	machineLog        = "machine.log"
+	daemonRestarted   = 2 * time.Second
 )
 
 // firmware simulates one machine: its power, its firmware and boot loader
@@ -42,6 +45,7 @@ type firmware struct {
 	lab           string
 	adminConfig   string
 	nodeConfig    string
+	bootConfig    string
 	likenNode     string
 	bootTime      time.Duration
 	out           io.Writer
@@ -73,10 +77,11 @@ func newMachineCommand() *cobra.Command {
 	fl.StringVar(&f.dir, "dir", "", "the machine's folder")
 	fl.StringVar(&f.lab, "lab-dir", "", "the lab's folder")
 	fl.StringVar(&f.adminConfig, "admin-kubeconfig", "", "the lab's admin kubeconfig (the simulated power switch)")
-	fl.StringVar(&f.nodeConfig, "node-kubeconfig", "", "the machine's own kubeconfig, handed out when it joins")
+	fl.StringVar(&f.nodeConfig, "node-kubeconfig", "", "where the machine keeps its own kubeconfig, which its liken-node writes when it joins")
+	fl.StringVar(&f.bootConfig, "bootstrap-kubeconfig", "", "the kubeconfig with the cluster's join token")
 	fl.StringVar(&f.likenNode, "liken-node", "", "the node daemon binary")
 	fl.DurationVar(&f.bootTime, "boot-time", 2*time.Second, "how long a boot takes")
-	for _, n := range []string{"name", "dir", "lab-dir", "admin-kubeconfig", "node-kubeconfig", "liken-node"} {
+	for _, n := range []string{"name", "dir", "lab-dir", "admin-kubeconfig", "node-kubeconfig", "bootstrap-kubeconfig", "liken-node"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
@@ -173,7 +178,7 @@ func (f *firmware) bootImage(ctx context.Context, slot boot.Slot, trial bool, bo
 // daemon until it asks for a reboot (true) or the machine powers off
 // (false). A daemon that crashes is restarted, as a service manager does.
 func (f *firmware) runDaemon(ctx context.Context, reachable bool) bool {
-	kubeconfig, err := f.join(reachable)
+	kubeconfig, bootstrap, err := f.join(reachable)
 	if err != nil {
 		f.logf("cannot join the cluster: %v", err)
 		<-ctx.Done()
@@ -184,6 +189,7 @@ func (f *firmware) runDaemon(ctx context.Context, reachable bool) bool {
 		cmd := exec.Command(f.likenNode, "run",
 			"--machine", f.name,
 			"--kubeconfig", kubeconfig,
+			"--bootstrap-kubeconfig", bootstrap,
 			"--root", filepath.Join(f.dir, machineDiskDir),
 			"--boot-dir", filepath.Join(f.dir, machineBootDir),
 			"--cmdline-file", filepath.Join(run, "cmdline"),
@@ -226,36 +232,51 @@ func (f *firmware) runDaemon(ctx context.Context, reachable bool) bool {
 }
 
 // join checks the machine's deployment layer against the lab's cluster
-// identity, as k3s checks the join token, and returns the kubeconfig the
-// machine gets: its own identity, or, when the image's network cannot reach
-// the API, one that points at a closed loopback port.
-func (f *firmware) join(reachable bool) (string, error) {
+// identity, as k3s checks the join token, and returns the kubeconfigs its
+// liken-node gets: where it keeps its own identity, and the one with the
+// join token it joins with when it has none yet. When the image's network
+// cannot reach the API, both point at a closed loopback port.
+func (f *firmware) join(reachable bool) (kubeconfig, bootstrap string, err error) {
 	l, err := layer.ReadFile(filepath.Join(f.dir, machineLayer), layer.DefaultLimits)
 	if err != nil {
-		return "", fmt.Errorf("reading the deployment layer: %w", err)
+		return "", "", fmt.Errorf("reading the deployment layer: %w", err)
 	}
 	if l.Machine(f.name) == nil {
-		return "", fmt.Errorf("the deployment layer has no Machine %s", f.name)
+		return "", "", fmt.Errorf("the deployment layer has no Machine %s", f.name)
 	}
 	want, err := os.ReadFile(filepath.Join(f.lab, "identity", layer.TokenFile))
 	if err != nil {
-		return "", fmt.Errorf("reading the lab's join token: %w", err)
+		return "", "", fmt.Errorf("reading the lab's join token: %w", err)
 	}
 	if string(l.Identity.Files[layer.TokenFile]) != string(want) {
-		return "", errors.New("the deployment layer's join token is not this cluster's")
+		return "", "", errors.New("the deployment layer's join token is not this cluster's")
 	}
 	if reachable {
-		return f.nodeConfig, nil
+		return f.nodeConfig, f.bootConfig, nil
 	}
-	cfg, err := clientcmd.LoadFromFile(f.nodeConfig)
+	run := filepath.Join(f.dir, machineRunDir)
+	kubeconfig, bootstrap = filepath.Join(run, "unreachable.kubeconfig"), filepath.Join(run, "unreachable-bootstrap.kubeconfig")
+	if err := unreachable(f.bootConfig, bootstrap); err != nil {
+		return "", "", err
+	}
+	if _, err := os.Stat(f.nodeConfig); errors.Is(err, fs.ErrNotExist) {
+		// Never joined: it tries, with the token, and cannot.
+		_ = os.Remove(kubeconfig)
+		return kubeconfig, bootstrap, nil
+	}
+	return kubeconfig, bootstrap, unreachable(f.nodeConfig, kubeconfig)
+}
+
+// unreachable copies the kubeconfig from to to, pointed at a closed port.
+func unreachable(from, to string) error {
+	cfg, err := clientcmd.LoadFromFile(from)
 	if err != nil {
-		return "", err
+		return err
 	}
 	for _, c := range cfg.Clusters {
 		c.Server = "https://127.0.0.1:1"
 	}
-	path := filepath.Join(f.dir, machineRunDir, "unreachable.kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	return clientcmd.WriteToFile(*cfg, to)
 }
 
 // postBoot posts the Node's status as this boot's kubelet would: its boot

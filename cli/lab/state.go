@@ -30,6 +30,8 @@ type State struct {
 	Dir string `json:"dir"`
 	// Kubeconfig is the admin kubeconfig.
 	Kubeconfig string `json:"kubeconfig"`
+	// BootstrapKubeconfig holds the join token machines join with.
+	BootstrapKubeconfig string `json:"bootstrapKubeconfig"`
 	// Channel is the URL of the lab's release channel.
 	Channel string `json:"channel"`
 	// ChannelDir is the directory the channel serves.
@@ -46,7 +48,8 @@ type MachineInfo struct {
 	Name string `json:"name"`
 	// Role is Leader or Worker.
 	Role string `json:"role"`
-	// Kubeconfig is the machine's own identity (system:node:<name>).
+	// Kubeconfig is the machine's own identity (system:node:<name>),
+	// written by its liken-node when it joins.
 	Kubeconfig string `json:"kubeconfig"`
 	// Dir holds the machine's disk, layer and logs.
 	Dir string `json:"dir"`

@@ -208,12 +208,12 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 
 	names := machineNames(o.machines)
 	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Dir: filepath.Join(dir, "controlplane"), Binary: bins.kube, Machines: names, Detach: true,
+		Dir: filepath.Join(dir, "controlplane"), Binary: bins.kube, Detach: true,
 	})
 	if err != nil {
 		return err
 	}
-	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, ChannelDir: filepath.Join(dir, "channel")}
+	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, BootstrapKubeconfig: cp.BootstrapKubeconfig(), ChannelDir: filepath.Join(dir, "channel")}
 	st.Processes = append(st.Processes, derefAll(cp.Processes)...)
 	defer func() {
 		if err != nil {
@@ -294,7 +294,10 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		if err := cp.AddNode(ctx, n, map[string]string{"node-role.kubernetes.io/" + role: "", controlplane.PowerLabel: "off"}); err != nil {
 			return err
 		}
-		m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Kubeconfig: cp.MachineKubeconfig(n), Dir: filepath.Join(dir, "machines", n)}
+		mdir := filepath.Join(dir, "machines", n)
+		// Its liken-node joins with the join token at first boot and keeps
+		// its own credentials on its disk.
+		m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Kubeconfig: filepath.Join(mdir, machineDiskDir, machineKubeconfig), Dir: mdir}
 		if err := installMachine(ctx, m, st.ChannelDir, version, digest, layerFile); err != nil {
 			return fmt.Errorf("installing machine %s: %w", n, err)
 		}
@@ -481,7 +484,7 @@ func startMachine(st *State, m *MachineInfo) (*controlplane.Process, error) {
 func startMachineWith(st *State, m *MachineInfo, bins binaries) (*controlplane.Process, error) {
 	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "machine",
 		"--name", m.Name, "--dir", m.Dir, "--lab-dir", st.Dir,
-		"--admin-kubeconfig", st.Kubeconfig, "--node-kubeconfig", m.Kubeconfig,
+		"--admin-kubeconfig", st.Kubeconfig, "--node-kubeconfig", m.Kubeconfig, "--bootstrap-kubeconfig", st.BootstrapKubeconfig,
 		"--liken-node", bins.likenNode,
 	}, filepath.Join(m.Dir, machineLog), true)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	v1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/node/join"
 )
 
 var manifests = filepath.Join("..", "..", "manifests")
@@ -123,6 +124,16 @@ func TestManifestsAndColumns(t *testing.T) {
 func TestExplain(t *testing.T) {
 	cp, _ := setup(t)
 	ctx := context.Background()
+	// The API server publishes a CRD's schema a moment after the CRD is
+	// Established.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, kind := range []string{"cluster", "machine"} {
+			if out, err := cp.Kubectl(ctx, "explain", kind); err != nil {
+				return poll.Continue("kubectl explain %s: %v: %s", kind, err, out)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
 	for _, tc := range []struct{ field, want string }{
 		{"cluster.spec.disruption", "how many machines may be down at once"},
 		{"cluster.spec.disruption.maxUnavailable", "Default 1"},
@@ -647,4 +658,45 @@ func event(kind, name string) *eventsv1.Event {
 		ReportingController: "liken.sh/liken-node",
 		ReportingInstance:   "liken-node-" + name,
 	}
+}
+
+// TestMachineJoins follows a machine that starts with the join token only:
+// the token alone reads nothing of the fleet; with it, the machine asks for
+// a kubelet client certificate through TLS bootstrap, the cluster approves
+// and signs it, and from then on the machine is system:node:<name>. A
+// machine with a valid certificate does not ask again.
+func TestMachineJoins(t *testing.T) {
+	cp, _ := setup(t)
+	ctx := context.Background()
+	boot := cp.BootstrapKubeconfig()
+
+	out, err := cp.KubectlAs(ctx, boot, "get", "machines")
+	assert.ErrorContains(t, err, "exit status", "the join token read the Machines: %s", out)
+	assert.Assert(t, is.Contains(out, `User "system:bootstrap:`))
+	assert.Assert(t, is.Contains(out, "forbidden"))
+
+	kc := filepath.Join(t.TempDir(), "node-3.kubeconfig")
+	jctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	assert.NilError(t, join.Join(jctx, join.Options{Machine: "node-3", Bootstrap: cp.BootstrapConfig(), Kubeconfig: kc}))
+	out, err = cp.KubectlAs(ctx, kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}")
+	assert.NilError(t, err, out)
+	assert.Equal(t, out, `system:node:node-3 ["system:nodes","system:authenticated"]`)
+
+	csrs := func() string {
+		out, err := cp.Kubectl(ctx, "get", "csr", "-o", `jsonpath={range .items[*]}{.spec.signerName} {.spec.username} {.status.conditions[0].type}{"\n"}{end}`)
+		assert.NilError(t, err, out)
+		return out
+	}
+	before := csrs()
+	// node-1, node-2 (joined when the control plane started) and node-3,
+	// each asked with the join token and approved by the cluster.
+	assert.Equal(t, strings.Count(before, "kubernetes.io/kube-apiserver-client-kubelet system:bootstrap:"), 3, before)
+	assert.Equal(t, strings.Count(before, " Approved\n"), 3, before)
+
+	assert.NilError(t, join.Join(jctx, join.Options{Machine: "node-3", Bootstrap: cp.BootstrapConfig(), Kubeconfig: kc}))
+	assert.Equal(t, csrs(), before, "a machine with a valid certificate asked for another")
+
+	// The certificate is node-3's: it is not another machine's identity.
+	assert.ErrorContains(t, join.Check(kc, "node-1", time.Now()), `holds the certificate of "system:node:node-3", not of "system:node:node-1"`)
 }

@@ -54,15 +54,19 @@ func (r Request) IsWrite() bool {
 func (r Request) String() string { return r.Verb + " " + r.Resource }
 
 // StartAPICounter starts a counting proxy to the API server that cfg
-// reaches (its TLS settings; its credentials are not used: each client
-// sends its own).
+// reaches, with cfg's TLS settings. Clients' bearer tokens pass through;
+// a TLS proxy cannot pass on its clients' certificates, so it presents
+// cfg's client certificate, if any, for every request: a counter made with
+// a machine's certificate serves that one machine.
 func StartAPICounter(cfg *rest.Config) (*APICounter, error) {
 	target, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, err
 	}
-	anon := rest.AnonymousClientConfig(cfg)
-	rt, err := rest.TransportFor(anon)
+	upstream := rest.AnonymousClientConfig(cfg)
+	upstream.CertData, upstream.KeyData = cfg.CertData, cfg.KeyData
+	upstream.CertFile, upstream.KeyFile = cfg.CertFile, cfg.KeyFile
+	rt, err := rest.TransportFor(upstream)
 	if err != nil {
 		return nil, err
 	}
@@ -135,11 +139,14 @@ func (c *APICounter) Snapshot() Counts {
 }
 
 // WriteKubeconfig writes a kubeconfig that reaches the API server through
-// the proxy with the bearer token of cfg.
+// the proxy with the credentials of cfg (its bearer token, or its client
+// certificate and key).
 func (c *APICounter) WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["liken"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.caPEM}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	// A certificate goes in too: its holder checks it is its own, and the
+	// proxy presents it upstream.
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "user"}
 	kc.CurrentContext = "liken"
 	return clientcmd.WriteToFile(*kc, path)

@@ -116,7 +116,7 @@ func NewFleet(t testing.TB, o FleetOptions) *Fleet {
 		f.Names = append(f.Names, MachineName(i))
 	}
 	start := time.Now()
-	cpo := controlplane.Options{Machines: f.Names}
+	cpo := controlplane.Options{TokenMachines: f.Names}
 	if d := os.Getenv("LIKEN_BENCH_LOGS"); d != "" {
 		// Keep the control plane's and the operator's files for a look
 		// afterwards.
@@ -539,7 +539,10 @@ type simMachine struct {
 	readyAt time.Time
 }
 
-func (m *simMachine) bootID() string { return fmt.Sprintf("%s-boot-%d", m.name, m.boot) }
+func (m *simMachine) bootID() string { return bootIDOf(m.name, m.boot) }
+
+// bootIDOf is the ID of boot n of machine name.
+func bootIDOf(name string, n int) string { return fmt.Sprintf("%s-boot-%d", name, n) }
 
 // status is the status the machine reports in phase, from what it holds.
 // Call with m.mu held.
@@ -582,13 +585,24 @@ func (m *simMachine) writeStatus(st likenv1.MachineStatus) error {
 	return fmt.Errorf("machine %s: its status kept conflicting", m.name)
 }
 
+// renew renews the machine's Node Lease, as its kubelet would.
 func (m *simMachine) renew() error {
 	m.mu.Lock()
 	l := m.lease.DeepCopy()
 	m.mu.Unlock()
+	leases := m.leases.Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(time.Now())
 	l.Spec.RenewTime = &now
-	out, err := m.leases.Leases(corev1.NamespaceNodeLease).Update(m.f.ctx, l, metav1.UpdateOptions{})
+	out, err := leases.Update(m.f.ctx, l, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		// Someone else wrote the Lease since (kwok's last renewal,
+		// scheduled before the machine took the Lease over): read it again
+		// and renew that, as a kubelet does.
+		if l, err = leases.Get(m.f.ctx, m.name, metav1.GetOptions{}); err == nil {
+			l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(m.name), &now
+			out, err = leases.Update(m.f.ctx, l, metav1.UpdateOptions{})
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -641,10 +655,17 @@ func (m *simMachine) takeTurn(t likenv1.RebootTurn) {
 	case <-time.After(m.f.o.RebootFor):
 	}
 	if m.f.o.Nodes {
-		// The kubelet of the new boot posts Ready: cluster-operator ends
-		// the turn only on a Ready posted after the grant.
+		// The kubelet of the new boot posts Ready with the boot's ID:
+		// cluster-operator ends the turn only on a Ready from a new boot.
 		if err := controlplane.SetNodePower(m.f.ctx, m.f.Kube, m.name, true); err != nil {
 			m.f.fail("machine %s: its Node back from the reboot: %v", m.name, err)
+			return
+		}
+		m.mu.Lock()
+		next := bootIDOf(m.name, m.boot+1)
+		m.mu.Unlock()
+		if err := controlplane.PostNodeBoot(m.f.ctx, m.f.Kube, m.name, next); err != nil {
+			m.f.fail("machine %s: its Node's Ready from the new boot: %v", m.name, err)
 			return
 		}
 		if err := m.cordon(false); err != nil {

@@ -204,11 +204,11 @@ func runLab(t testing.TB, o labOptions) labResult {
 	// a kubeconfig that goes through the counting proxy.
 	m := l.Status.Machines[len(l.Status.Machines)-1]
 	r.daemon = m.Name
-	counter, err := StartAPICounter(l.Config)
-	must(t, err)
-	t.Cleanup(counter.Close)
 	mcfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
 	must(t, err)
+	counter, err := StartAPICounter(mcfg)
+	must(t, err)
+	t.Cleanup(counter.Close)
 	must(t, counter.WriteKubeconfig(m.Kubeconfig, mcfg))
 	before, err := l.Liken.LikenV1alpha1().Machines().Get(ctx, m.Name, metav1.GetOptions{})
 	must(t, err)

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +31,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+
+	"liken.sh/liken/node/join"
 )
 
 //go:embed stages.yaml
@@ -44,7 +45,7 @@ const (
 	// OperatorUser is the identity cluster-operator runs as outside the cluster.
 	OperatorUser = "liken:cluster-operator"
 	// NodeGroup is the group of every machine identity.
-	NodeGroup = "system:nodes"
+	NodeGroup = join.NodeGroup
 	// PowerLabel on a Node makes kwok report it NotReady while its value is
 	// "off"; on its Node Lease it stops kwok's renewals.
 	PowerLabel = "liken.sh/power"
@@ -64,9 +65,16 @@ type Options struct {
 	// Binary is the multi-call binary built by `make kube`. Empty: found by
 	// FindBinary.
 	Binary string
-	// Machines are the machine names that get an identity
-	// (system:node:<name> in group system:nodes) and a kubeconfig.
+	// Machines are the machine names that join when the control plane
+	// starts, each with the join token through TLS bootstrap, as liken-node
+	// does: each gets a key and a certificate of its own
+	// (system:node:<name> in group system:nodes) in MachineKubeconfig.
 	Machines []string
+	// TokenMachines are machine identities (system:node:<name> in group
+	// system:nodes) given a static token instead of a joined certificate,
+	// for load generators that play thousands of machines: one join and one
+	// TLS connection each would outweigh what they measure.
+	TokenMachines []string
 	// Detach starts the processes in their own session, so they outlive the
 	// process that started them (the lab). Tests leave it false.
 	Detach bool
@@ -102,9 +110,10 @@ type ControlPlane struct {
 	// Processes are the processes started, in start order.
 	Processes []*Process
 
-	caPEM  []byte
-	tokens map[string]string // user -> token
-	opts   Options
+	caPEM     []byte
+	tokens    map[string]string // user -> token
+	joinToken string            // the bootstrap token, "<id>.<secret>"
+	opts      Options
 }
 
 // FindBinary locates the multi-call control-plane binary: $LIKEN_BIN/kube,
@@ -207,6 +216,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--tls-private-key-file", pki("apiserver.key"),
 		"--client-ca-file", pki("ca.crt"),
 		"--token-auth-file", pki("tokens.csv"),
+		"--enable-bootstrap-token-auth",
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
 		"--service-account-issuer", "https://kubernetes.default.svc",
@@ -228,15 +238,13 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err := cp.writeKubeconfig(cp.OperatorKubeconfig, OperatorUser); err != nil {
 		return nil, err
 	}
-	for _, m := range opts.Machines {
-		if err := cp.writeKubeconfig(cp.MachineKubeconfig(m), "system:node:"+m); err != nil {
-			return nil, err
-		}
-	}
 	if err := cp.waitReady(ctx, 90*time.Second); err != nil {
 		return nil, err
 	}
 	opts.Log("kube-apiserver ready at %s", cp.Server)
+	if err := cp.setUpJoin(ctx); err != nil {
+		return nil, fmt.Errorf("setting up the join token: %w", err)
+	}
 
 	common := []string{
 		"--kubeconfig", cp.AdminKubeconfig,
@@ -248,6 +256,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err := cp.start("kube-controller-manager", "kube-controller-manager", append(common,
 		"--service-account-private-key-file", pki("sa.key"),
 		"--root-ca-file", pki("ca.crt"),
+		// Machines join through TLS bootstrap: the controller manager
+		// approves their requests for a kubelet client certificate and
+		// signs them with the CA the API server trusts for clients.
+		"--cluster-signing-cert-file", pki("ca.crt"),
+		"--cluster-signing-key-file", pki("ca.key"),
 		"--controllers", "*,-serviceaccount-token",
 		"--use-service-account-credentials=false",
 	)...); err != nil {
@@ -275,6 +288,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	); err != nil {
 		return nil, err
 	}
+	if err := cp.joinMachines(ctx, opts.Machines); err != nil {
+		return nil, err
+	}
 	return cp, nil
 }
 
@@ -284,8 +300,18 @@ func (cp *ControlPlane) MachineKubeconfig(machine string) string {
 }
 
 // Config is a rest.Config for one of the identities the control plane
-// knows: AdminUser, OperatorUser or "system:node:<machine>".
+// knows: AdminUser, OperatorUser or "system:node:<machine>" for a machine
+// of Options.Machines (its joined certificate) or Options.TokenMachines.
 func (cp *ControlPlane) Config(user string) *rest.Config {
+	if m, ok := strings.CutPrefix(user, "system:node:"); ok && cp.tokens[user] == "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", cp.MachineKubeconfig(m))
+		if err != nil {
+			// Only a programming error gets here: the machine did not join.
+			panic(fmt.Sprintf("machine %s has no kubeconfig: %v", m, err))
+		}
+		cfg.QPS, cfg.Burst = 200, 400
+		return cfg
+	}
 	return &rest.Config{
 		Host:            cp.Server,
 		BearerToken:     cp.tokens[user],
@@ -562,9 +588,7 @@ func (cp *ControlPlane) writeTokens() error {
 		{AdminUser, "system:masters"},
 		{OperatorUser, ""},
 	}
-	machines := append([]string(nil), cp.opts.Machines...)
-	sort.Strings(machines)
-	for _, m := range machines {
+	for _, m := range cp.opts.TokenMachines {
 		users = append(users, struct{ name, groups string }{"system:node:" + m, NodeGroup})
 	}
 	var b strings.Builder

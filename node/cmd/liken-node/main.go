@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -23,11 +24,13 @@ import (
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
+	"liken.sh/liken/node/join"
 	"liken.sh/liken/node/watchdog"
 )
 
 type runFlags struct {
 	kubeconfig    string
+	bootstrap     string
 	machine       string
 	root          string
 	bootDir       string
@@ -73,6 +76,7 @@ func run() int {
 	}
 	fl := runCmd.Flags()
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig with the machine's identity (system:node:<machine>); empty uses the in-cluster configuration")
+	fl.StringVar(&f.bootstrap, "bootstrap-kubeconfig", "", "kubeconfig holding the join token: when --kubeconfig holds no valid certificate for this machine, liken-node joins with it (TLS bootstrap, as a kubelet does) and writes its own key and certificate to --kubeconfig")
 	fl.StringVar(&f.machine, "machine", "", "this machine's name: its Machine and its Node (required)")
 	fl.StringVar(&f.root, "root", "/var/lib/liken", "the machine's disk state: boot slots, daemon state, applied configuration")
 	fl.StringVar(&f.bootDir, "boot-dir", "/boot/grub", "folder of the GRUB environment block (grubenv and grubenv.bak), on the boot partition: its parent folder receives each slot's kernel and initramfs (<parent>/A, <parent>/B)")
@@ -121,6 +125,11 @@ func runDaemon(ctx context.Context, f runFlags) error {
 
 func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.Rebooter) error {
 	log := klog.FromContext(ctx)
+	if f.bootstrap != "" {
+		if err := joinCluster(ctx, f); err != nil {
+			return err
+		}
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -178,3 +187,23 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 	log.Info("liken-node starting", "version", version.Version, "machine", f.machine, "slot", bi.Slot, "trial", bi.Trial, "release", bi.Version, "bootID", bi.BootID)
 	return d.Run(ctx)
 }
+
+// joinCluster makes sure --kubeconfig holds this machine's own certificate,
+// joining with the join token of --bootstrap-kubeconfig when it does not.
+func joinCluster(ctx context.Context, f runFlags) error {
+	if f.kubeconfig == "" {
+		return errors.New("--bootstrap-kubeconfig needs --kubeconfig: the file the machine's own credentials go to")
+	}
+	boot, err := clientcmd.BuildConfigFromFlags("", f.bootstrap)
+	if err != nil {
+		return fmt.Errorf("loading the bootstrap kubeconfig: %w", err)
+	}
+	boot.UserAgent = "liken-node/" + version.Version
+	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	return join.Join(ctx, join.Options{Machine: f.machine, Bootstrap: boot, Kubeconfig: f.kubeconfig})
+}
+
+// joinTimeout bounds a join: in a trial boot, a machine that cannot join
+// gives the trial up well before its timeout.
+const joinTimeout = 2 * time.Minute

@@ -1,0 +1,157 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"liken.sh/liken/node/join"
+)
+
+// BootstrapGroup is the group Kubernetes gives every bootstrap token.
+const BootstrapGroup = "system:bootstrappers"
+
+// joinBindings let a holder of the join token ask for a kubelet client
+// certificate, and have the controller manager approve that request, as
+// kubeadm sets up TLS bootstrap. The token gives no other right.
+var joinBindings = map[string]string{
+	"liken:join:create-csr":          "system:node-bootstrapper",
+	"liken:join:approve-node-client": "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+}
+
+// setUpJoin creates the join token (a bootstrap token Secret in
+// kube-system) and the bindings that let it ask for a machine certificate.
+func (cp *ControlPlane) setUpJoin(ctx context.Context) error {
+	id, secret := rand.Text()[:6], rand.Text()[:16]
+	// Bootstrap tokens are lower case: [a-z0-9]{6}.[a-z0-9]{16}.
+	id, secret = lower(id), lower(secret)
+	cp.joinToken = id + "." + secret
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	tokenSecret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: metav1.NamespaceSystem},
+		Type:       corev1.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			"description":                    "liken's join token: machines join with it through TLS bootstrap",
+			"token-id":                       id,
+			"token-secret":                   secret,
+			"usage-bootstrap-authentication": "true",
+		},
+	}
+	// kube-system appears a moment after the API server is ready.
+	if err := retry(ctx, func() error {
+		_, err := cs.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, tokenSecret, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("creating the bootstrap token: %w", err)
+	}
+	for name, role := range joinBindings {
+		b := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: BootstrapGroup}},
+		}
+		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("binding %s to %s: %w", BootstrapGroup, role, err)
+		}
+	}
+	return clientcmd.WriteToFile(cp.bootstrapKubeconfig(), cp.BootstrapKubeconfig())
+}
+
+// lower maps rand.Text's base32 alphabet (A-Z, 2-7) to lower case.
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
+}
+
+func retry(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (cp *ControlPlane) bootstrapKubeconfig() clientcmdapi.Config {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: cp.Server, CertificateAuthorityData: cp.caPEM}
+	cfg.AuthInfos["join"] = &clientcmdapi.AuthInfo{Token: cp.joinToken}
+	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "join"}
+	cfg.CurrentContext = "liken"
+	return *cfg
+}
+
+// BootstrapKubeconfig is the path of the kubeconfig that carries the join
+// token: what liken-node --bootstrap-kubeconfig reads on a machine that has
+// not joined yet.
+func (cp *ControlPlane) BootstrapKubeconfig() string {
+	return filepath.Join(cp.Dir, "kubeconfigs", "bootstrap.kubeconfig")
+}
+
+// BootstrapConfig is a rest.Config that authenticates with the join token.
+func (cp *ControlPlane) BootstrapConfig() *rest.Config {
+	return &rest.Config{Host: cp.Server, BearerToken: cp.joinToken, TLSClientConfig: rest.TLSClientConfig{CAData: cp.caPEM}}
+}
+
+// joinMachines joins machines, a few at a time, each into its
+// MachineKubeconfig.
+func (cp *ControlPlane) joinMachines(ctx context.Context, machines []string) error {
+	if len(machines) == 0 {
+		return nil
+	}
+	start := time.Now()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, 8)
+	for _, m := range machines {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := join.Join(ctx, join.Options{Machine: m, Bootstrap: cp.BootstrapConfig(), Kubeconfig: cp.MachineKubeconfig(m)})
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = fmt.Errorf("machine %s joining: %w", m, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		cp.opts.Log("%d machines joined through TLS bootstrap in %s", len(machines), time.Since(start).Round(time.Millisecond))
+	}
+	return first
+}

@@ -1,0 +1,117 @@
+package join
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// kubeconfig writes a kubeconfig whose client certificate has the given
+// subject and expiry, and returns its path.
+func kubeconfig(t *testing.T, cn string, groups []string, notAfter time.Time) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	assert.NilError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: cn, Organization: groups},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     notAfter,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	assert.NilError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	assert.NilError(t, err)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	assert.NilError(t, write(path, &rest.Config{Host: "https://127.0.0.1:1"},
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})))
+	return path
+}
+
+func TestCheck(t *testing.T) {
+	day := 24 * time.Hour
+	tokenOnly := filepath.Join(t.TempDir(), "token.kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "abcdef.0123456789abcdef"}
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "c"
+	assert.NilError(t, clientcmd.WriteToFile(*cfg, tokenOnly))
+
+	for _, tc := range []struct {
+		name  string
+		path  string
+		until time.Time
+		want  string
+	}{
+		{"its own certificate, valid", kubeconfig(t, "system:node:m1", []string{NodeGroup}, now.Add(365*day)), now.Add(day), ""},
+		{"not joined yet", filepath.Join(t.TempDir(), "missing"), now, "the machine has not joined yet"},
+		{"a token, no certificate", tokenOnly, now, "holds no client certificate and key"},
+		{"another machine's certificate", kubeconfig(t, "system:node:m2", []string{NodeGroup}, now.Add(365*day)), now, `holds the certificate of "system:node:m2", not of "system:node:m1"`},
+		{"not in system:nodes", kubeconfig(t, "system:node:m1", []string{"system:masters"}, now.Add(365*day)), now, `the certificate's groups are ["system:masters"], not [system:nodes]`},
+		{"expires before the deadline", kubeconfig(t, "system:node:m1", []string{NodeGroup}, now.Add(time.Hour)), now.Add(day), "expires at 2026-12-01T13:00:00Z"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Check(tc.path, "m1", tc.until)
+			if tc.want == "" {
+				assert.NilError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestJoinWithoutToken(t *testing.T) {
+	ctx := context.Background()
+	clock := func() time.Time { return now }
+
+	// A valid certificate needs no token, and is left as it is.
+	valid := kubeconfig(t, "system:node:m1", []string{NodeGroup}, now.Add(365*24*time.Hour))
+	before, err := os.ReadFile(valid)
+	assert.NilError(t, err)
+	assert.NilError(t, Join(ctx, Options{Machine: "m1", Kubeconfig: valid, Now: clock}))
+	after, err := os.ReadFile(valid)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, before, after)
+
+	// One that expires soon is still used when nothing can replace it.
+	soon := kubeconfig(t, "system:node:m1", []string{NodeGroup}, now.Add(time.Hour))
+	assert.NilError(t, Join(ctx, Options{Machine: "m1", Kubeconfig: soon, Now: clock}))
+
+	// No certificate and no token: the error says what to give.
+	err = Join(ctx, Options{Machine: "m1", Kubeconfig: filepath.Join(t.TempDir(), "kubeconfig"), Now: clock})
+	assert.ErrorContains(t, err, "the machine has not joined yet) and there is no join token to get a new certificate: give liken-node --bootstrap-kubeconfig")
+
+	// Someone else's certificate is never used.
+	other := kubeconfig(t, "system:node:m2", []string{NodeGroup}, now.Add(365*24*time.Hour))
+	assert.ErrorContains(t, Join(ctx, Options{Machine: "m1", Kubeconfig: other, Now: clock}), `not of "system:node:m1"`)
+}
+
+func TestWriteIsPrivate(t *testing.T) {
+	path := kubeconfig(t, "system:node:m1", []string{NodeGroup}, now.Add(time.Hour))
+	fi, err := os.Stat(path)
+	assert.NilError(t, err)
+	assert.Equal(t, fi.Mode().Perm(), os.FileMode(0o600), "the kubeconfig holds the machine's private key")
+	entries, err := os.ReadDir(filepath.Dir(path))
+	assert.NilError(t, err)
+	assert.Equal(t, len(entries), 1, "no temporary file is left behind")
+}
