@@ -179,6 +179,20 @@ func (f figures) sane(t testing.TB) {
 	}
 }
 
+// atLeast fails unless liken's throughput is at least target times the
+// baseline's, in wall-clock time.
+func (f figures) atLeast(t testing.TB, target float64) {
+	t.Helper()
+	assert.Assert(t, f.ratio >= target, "%s runs at %.2f x %s, below the target of %.2f x (docs/benchmarks.md): %s", f.name, f.ratio, f.baseline, target, f)
+}
+
+// Targets against the baselines: the full benchmarks (docs/benchmarks.md),
+// and the smoke's loose form, which must hold on a busy 2-core machine.
+const (
+	targetRatio      = 0.9
+	smokeTargetRatio = 0.5
+)
+
 // needTool fails (never skips) when a baseline program is missing.
 func needTool(t testing.TB, name string) string {
 	t.Helper()
@@ -314,6 +328,7 @@ func BenchmarkVerify(b *testing.B) {
 		f, _ = verifyComparison(b, size, rounds)
 	}
 	f.report(b, "")
+	f.atLeast(b, targetRatio)
 }
 
 // BenchmarkFetch downloads a release over loopback HTTP into a slot and
@@ -330,11 +345,13 @@ func BenchmarkFetch(b *testing.B) {
 	}
 	fetch.report(b, "fetch-")
 	stage.report(b, "fetch+stage-")
+	fetch.atLeast(b, targetRatio)
 }
 
 // TestBenchmarkSmoke runs both comparisons at 16 MiB, two rounds each, so
 // that the benchmarks keep working: the baselines must hash the very bytes
-// liken verified, and every figure must be finite and positive.
+// liken verified, every figure must be finite and positive, and liken must
+// reach the loose form of the target (half the baseline's throughput).
 func TestBenchmarkSmoke(t *testing.T) {
 	const size = 16 << 20
 	v, _ := verifyComparison(t, size, 2)
@@ -347,4 +364,6 @@ func TestBenchmarkSmoke(t *testing.T) {
 	t.Log(stage)
 	// Stage re-reads the slot: it cannot cost less CPU than Fetch alone.
 	assert.Assert(t, stage.cpu >= fetch.cpu, "Fetch + Stage used %s CPU, less than Fetch alone (%s)", stage.cpu, fetch.cpu)
+	v.atLeast(t, smokeTargetRatio)
+	fetch.atLeast(t, smokeTargetRatio)
 }
