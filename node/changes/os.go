@@ -152,7 +152,9 @@ func (o *OS) k3sFiles(cfg Config) error {
 		}
 		args.WriteString(a + "\n")
 	}
-	if err := o.write(K3sArgsFile, args.Bytes(), 0o644); err != nil {
+	// k3s arguments may carry secrets (a token, a datastore password):
+	// readable by root only, as the registries file.
+	if err := o.write(K3sArgsFile, args.Bytes(), 0o600); err != nil {
 		return err
 	}
 	var reg bytes.Buffer

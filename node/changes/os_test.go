@@ -42,6 +42,11 @@ func TestOSApplier(t *testing.T) {
 	b, err = os.ReadFile(filepath.Join(root, K3sRegistries))
 	assert.NilError(t, err)
 	assert.Assert(t, is.Contains(string(b), `"docker.io":`))
+	for _, secret := range []string{K3sArgsFile, K3sRegistries} {
+		fi, err := os.Stat(filepath.Join(root, secret))
+		assert.NilError(t, err)
+		assert.Equal(t, fi.Mode().Perm(), os.FileMode(0o600), "%s may hold secrets", secret)
+	}
 
 	assert.NilError(t, o.Boot(ctx, cfg))
 	b, err = os.ReadFile(filepath.Join(root, NetworkdDir, "50-liken-eth0.network"))
