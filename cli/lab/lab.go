@@ -132,7 +132,7 @@ func newStatusCommand() *cobra.Command {
 				state := "running"
 				if p.PID == 0 {
 					state = "powered off"
-				} else if !controlplane.Alive(p.PID) {
+				} else if !p.Running() {
 					state = "exited"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.Kind, p.Name, p.PID, state, p.Log)
@@ -245,19 +245,19 @@ func stopAll(st *State) {
 	// stops its copy on SIGTERM.
 	for _, p := range st.Processes {
 		if p.Kind == KindSupervisor {
-			controlplane.StopPID(p.PID, 15*time.Second)
+			p.Stop(15 * time.Second)
 		}
 	}
 	for i := len(st.Processes) - 1; i >= 0; i-- {
 		p := st.Processes[i]
-		if p.Kind == KindMachine && p.PID > 0 {
+		if p.Kind == KindMachine && p.Running() {
 			_ = syscall.Kill(-p.PID, syscall.SIGKILL)
 			controlplane.StopPID(p.PID, 5*time.Second)
 		}
 	}
 	for i := len(st.Processes) - 1; i >= 0; i-- {
 		if p := st.Processes[i]; p.Kind != KindMachine && p.Kind != KindSupervisor {
-			controlplane.StopPID(p.PID, 10*time.Second)
+			p.Stop(10 * time.Second)
 		}
 	}
 }
@@ -269,7 +269,7 @@ func powerOff(ctx context.Context, st *State, m *MachineInfo) error {
 	if p == nil {
 		return fmt.Errorf("lab %s has no process for machine %s", st.Name, m.Name)
 	}
-	if p.PID > 0 && controlplane.Alive(p.PID) {
+	if p.Running() {
 		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
 		controlplane.StopPID(p.PID, 5*time.Second)
 	}
@@ -287,7 +287,7 @@ func powerOn(st *State, m *MachineInfo) error {
 	if p == nil {
 		return fmt.Errorf("lab %s has no process for machine %s", st.Name, m.Name)
 	}
-	if p.PID > 0 && controlplane.Alive(p.PID) {
+	if p.Running() {
 		return fmt.Errorf("machine %s is already on (pid %d); use liken lab power cycle %s to restart it", m.Name, p.PID, m.Name)
 	}
 	np, err := startMachine(st, m)

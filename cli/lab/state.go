@@ -143,7 +143,7 @@ func (st *State) Process(kind, name string) *controlplane.Process {
 // Running reports whether any process of the lab is alive.
 func (st *State) Running() bool {
 	for _, p := range st.Processes {
-		if controlplane.Alive(p.PID) {
+		if p.Running() {
 			return true
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/node/release"
 )
 
@@ -97,8 +98,8 @@ func (st *State) refreshOperatorPIDs() {
 		if err != nil {
 			continue
 		}
-		if pid, err := strconv.Atoi(string(b)); err == nil {
-			p.PID = pid
+		if pid, err := strconv.Atoi(string(b)); err == nil && pid != p.PID {
+			p.PID, p.Started = pid, controlplane.ProcessStart(pid)
 		}
 	}
 }

@@ -320,7 +320,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		st.Processes = append(st.Processes, controlplane.Process{Kind: KindOperator, Name: n, PID: pid, Log: sup.Log})
+		st.Processes = append(st.Processes, controlplane.Process{Kind: KindOperator, Name: n, PID: pid, Log: sup.Log, Started: controlplane.ProcessStart(pid)})
 	}
 	for i := range st.Machines {
 		p, err := startMachineWith(st, &st.Machines[i], bins)
@@ -342,8 +342,14 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	}
 	step("Cluster %s is Ready on %s", o.name, version)
 	fmt.Fprintf(log, "\nLab %s is up. Next:\n  kubectl get clusters -o wide\n  kubectl get machines -o wide\n  liken lab publish --name %s\n  liken lab down --name %s\n\n", o.name, o.name, o.name)
-	fmt.Fprintf(out, "export KUBECONFIG=%s\n", st.Kubeconfig)
+	fmt.Fprintf(out, "export KUBECONFIG=%s\n", shellQuote(st.Kubeconfig))
 	return nil
+}
+
+// shellQuote quotes s for a POSIX shell, so that eval "$(liken lab up)"
+// sets the path whatever it holds (spaces, $, quotes).
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func roleOf(i, leaders int) string {
@@ -525,7 +531,7 @@ func waitClusterReady(ctx context.Context, st *State, timeout time.Duration) err
 			last = fmt.Sprintf("phase %q, machines %q", c.Status.Phase, c.Status.Machines)
 		}
 		for _, p := range st.Processes {
-			if p.PID > 0 && !controlplane.Alive(p.PID) {
+			if p.PID > 0 && !p.Running() {
 				return fmt.Errorf("%s %s (pid %d) exited; see %s", p.Kind, p.Name, p.PID, p.Log)
 			}
 		}

@@ -172,7 +172,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 	}
 	out := l.mustLiken(args...)
 	l.up = time.Now()
-	m := regexp.MustCompile(`(?m)^export KUBECONFIG=(\S+)$`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^export KUBECONFIG='([^']+)'$`).FindStringSubmatch(out)
 	assert.Assert(t, m != nil, "liken lab up printed no export KUBECONFIG= line:\n%s", out)
 
 	assert.NilError(t, json.Unmarshal([]byte(l.mustLiken("lab", "status", "--name", name, "-o", "json")), &l.st))

@@ -93,8 +93,54 @@ type Process struct {
 	PID int `json:"pid"`
 	// Log is the file its output goes to.
 	Log string `json:"log"`
+	// Started identifies the process beyond its PID, which the system
+	// reuses: the host's boot ID and the process's start time in clock
+	// ticks after that boot (empty: not recorded).
+	Started string `json:"started,omitempty"`
 
 	cmd *exec.Cmd
+}
+
+// ProcessStart is what Process.Started records of the running process
+// pid, or "" when it does not exist.
+func ProcessStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	// After the command name: state is field 3, starttime field 22.
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + "/" + f[19]
+}
+
+// Running reports whether the process is alive and still the one that was
+// started: after a host reboot, or once it exited, its PID may belong to
+// another program, which liken must never signal.
+func (p Process) Running() bool {
+	if p.PID <= 0 || !Alive(p.PID) {
+		return false
+	}
+	return p.Started == "" || ProcessStart(p.PID) == p.Started
+}
+
+// Stop stops the process (SIGTERM, then SIGKILL after grace) if it is
+// still the one that was started.
+func (p Process) Stop(grace time.Duration) {
+	if p.Running() {
+		StopPID(p.PID, grace)
+	}
 }
 
 // ControlPlane is a running control plane.
@@ -538,7 +584,7 @@ func StartProcess(binary string, args []string, logPath string, detach bool) (*P
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &Process{PID: cmd.Process.Pid, Log: logPath}
+	p := &Process{PID: cmd.Process.Pid, Log: logPath, Started: ProcessStart(cmd.Process.Pid)}
 	if detach {
 		_ = cmd.Process.Release()
 	} else {

@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,3 +136,32 @@ func leaseRenewedAfter(cs kubernetes.Interface, node string, after time.Time) po
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestProcessIdentity: a recorded process is signalled only while its PID
+// still belongs to it. After a host reboot (another boot ID) or once its
+// PID went to another program (another start time), Stop leaves that
+// program alone.
+func TestProcessIdentity(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	assert.NilError(t, err)
+	p, err := StartProcess(sleep, []string{"60"}, filepath.Join(t.TempDir(), "sleep.log"), false)
+	assert.NilError(t, err)
+	t.Cleanup(func() { StopPID(p.PID, time.Second) })
+	assert.Assert(t, p.Started != "", "the start of pid %d was not recorded", p.PID)
+	assert.Check(t, p.Running())
+
+	for _, other := range []string{
+		"another-boot/" + p.Started[strings.IndexByte(p.Started, '/')+1:],
+		p.Started[:strings.IndexByte(p.Started, '/')+1] + "1",
+	} {
+		reused := *p
+		reused.Started = other
+		assert.Check(t, !reused.Running(), "pid %d recorded as %s reads as the lab's", p.PID, other)
+		reused.Stop(time.Second)
+		assert.Check(t, Alive(p.PID), "Stop killed pid %d, which is not the recorded process", p.PID)
+	}
+
+	p.Stop(5 * time.Second)
+	assert.Check(t, !Alive(p.PID))
+	assert.Check(t, !p.Running())
+}
