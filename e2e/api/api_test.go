@@ -5,6 +5,12 @@ package api
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -15,6 +21,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -23,6 +30,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/utils/ptr"
 
 	v1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -477,16 +487,21 @@ func TestMachineIdentity(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, n.Spec.Unschedulable)
 
-	// Events: about its own Machine or Node, nothing else.
+	// Events: about its own Machine or Node, as liken-node, nothing else.
 	for _, tc := range []struct {
-		kind, name, want string
+		kind, name, reporter, want string
 	}{
 		{kind: "Machine", name: "node-1"},
 		{kind: "Node", name: "node-1"},
 		{kind: "Machine", name: "node-2", want: "machine node-1 may record events only about its own Machine or Node node-1"},
 		{kind: "Cluster", name: "node-1", want: "machine node-1 may record events only about its own Machine or Node node-1"},
+		{kind: "Machine", name: "node-1", reporter: "cluster-operator", want: "machine node-1 may report events only as liken-node, not as cluster-operator"},
 	} {
-		_, err := asNode1Kube.EventsV1().Events("default").Create(ctx, event(tc.kind, tc.name), metav1.CreateOptions{})
+		ev := event(tc.kind, tc.name)
+		if tc.reporter != "" {
+			ev.ReportingController = tc.reporter
+		}
+		_, err := asNode1Kube.EventsV1().Events("default").Create(ctx, ev, metav1.CreateOptions{})
 		if tc.want == "" {
 			assert.Check(t, err, "event about %s %s", tc.kind, tc.name)
 			continue
@@ -655,7 +670,7 @@ func event(kind, name string) *eventsv1.Event {
 		Action:              "Test",
 		Type:                corev1.EventTypeNormal,
 		Note:                "an event",
-		ReportingController: "liken.sh/liken-node",
+		ReportingController: "liken-node", // as liken-node's recorder reports
 		ReportingInstance:   "liken-node-" + name,
 	}
 }
@@ -699,4 +714,55 @@ func TestMachineJoins(t *testing.T) {
 
 	// The certificate is node-3's: it is not another machine's identity.
 	assert.ErrorContains(t, join.Check(kc, "node-1", time.Now()), `holds the certificate of "system:node:node-3", not of "system:node:node-1"`)
+}
+
+// TestNodeGroupWithoutMachineName: an identity in group system:nodes that
+// is not named system:node:<machine> gets the group's RBAC, and the
+// admission policy refuses it every write a machine may make, instead of
+// leaving it unconfined.
+func TestNodeGroupWithoutMachineName(t *testing.T) {
+	cp, cs := setup(t)
+	ctx := context.Background()
+	_, err := cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec:       v1.MachineSpec{Cluster: "c", Role: v1.RoleWorker},
+	}, metav1.CreateOptions{})
+	assert.NilError(t, err)
+
+	// The admin signs a client certificate for "rogue" in system:nodes (the
+	// kubelet signer would refuse such a name; the general client signer
+	// takes whatever an administrator approves).
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	assert.NilError(t, err)
+	req, err := cert.MakeCSR(key, &pkix.Name{CommonName: "rogue", Organization: []string{controlplane.NodeGroup}}, nil, nil)
+	assert.NilError(t, err)
+	name, uid, err := csr.RequestCertificateWithContext(ctx, admin, req, "", certificatesv1.KubeAPIServerClientSignerName, nil,
+		[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}, key)
+	assert.NilError(t, err)
+	c, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	assert.NilError(t, err)
+	c.Status.Conditions = append(c.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "a rogue identity for the test",
+	})
+	_, err = admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, c, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	certPEM, err := csr.WaitForCertificate(wctx, admin, name, uid)
+	assert.NilError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	assert.NilError(t, err)
+	rogueCfg := rest.AnonymousClientConfig(cp.AdminConfig())
+	rogueCfg.CertData, rogueCfg.KeyData = certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	rogue, err := versioned.NewForConfig(rogueCfg)
+	assert.NilError(t, err)
+
+	m, err := rogue.LikenV1alpha1().Machines().Get(ctx, "node-1", metav1.GetOptions{})
+	assert.NilError(t, err, "the group's RBAC lets it read Machines")
+	m.Status.Phase = v1.MachineReady
+	_, err = rogue.LikenV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "got %v", err)
+	assert.ErrorContains(t, err, "user rogue is in group system:nodes but is not a machine (system:node:<machine>)")
 }
