@@ -22,6 +22,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -565,11 +566,27 @@ func TestMachineNodeScope(t *testing.T) {
 		return poll.Success()
 	}, poll.WithTimeout(60*time.Second), poll.WithDelay(200*time.Millisecond))
 
+	getPod := func(name string) func() error {
+		return func() error { _, err := asNode1.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); return err }
+	}
+	listPods := func(selector string) func() error {
+		return func() error {
+			_, err := asNode1.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: selector})
+			return err
+		}
+	}
 	cases := []struct {
 		name string
 		do   func() error
 		want string // empty: allowed
 	}{
+		// Pods: only those bound to it, as the Node authorizer allows;
+		// liken grants no read of pods of its own.
+		{name: "read a pod bound to its own Node", do: getPod("on-node-1")},
+		{name: "list the pods bound to its own Node", do: listPods("spec.nodeName=node-1")},
+		{name: "read a pod bound to another Node", do: getPod("on-node-2"), want: "no relationship found between node 'node-1' and this object"},
+		{name: "list every pod", do: listPods(""), want: `cannot list resource "pods"`},
+		{name: "list the pods bound to another Node", do: listPods("spec.nodeName=node-2"), want: `cannot list resource "pods"`},
 		{
 			name: "patch another Node",
 			do:   func() error { return cordon(ctx, asNode1, "node-2") },
@@ -765,4 +782,40 @@ func TestNodeGroupWithoutMachineName(t *testing.T) {
 	_, err = rogue.LikenV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{})
 	assert.Assert(t, apierrors.IsForbidden(err), "got %v", err)
 	assert.ErrorContains(t, err, "user rogue is in group system:nodes but is not a machine (system:node:<machine>)")
+}
+
+// TestOperatorScope: cluster-operator, as the lab runs it (its service
+// account's name), holds only its own leader Lease and records events only
+// where the events of Clusters and Machines live.
+func TestOperatorScope(t *testing.T) {
+	cp, _ := setup(t)
+	ctx := context.Background()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+	op, err := kubernetes.NewForConfig(cp.Config(controlplane.OperatorUser))
+	assert.NilError(t, err)
+
+	lease := func(name string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1.SystemNamespace},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("op-1")}}
+	}
+	own, err := op.CoordinationV1().Leases(v1.SystemNamespace).Create(ctx, lease("cluster-operator"), metav1.CreateOptions{})
+	assert.NilError(t, err, "the operator creates its leader Lease")
+	own.Spec.HolderIdentity = ptr.To("op-2")
+	_, err = op.CoordinationV1().Leases(v1.SystemNamespace).Update(ctx, own, metav1.UpdateOptions{})
+	assert.NilError(t, err, "the operator renews its leader Lease")
+
+	other, err := admin.CoordinationV1().Leases(v1.SystemNamespace).Create(ctx, lease("someone-else"), metav1.CreateOptions{})
+	assert.NilError(t, err)
+	other.Spec.HolderIdentity = ptr.To("op-1")
+	_, err = op.CoordinationV1().Leases(v1.SystemNamespace).Update(ctx, other, metav1.UpdateOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "the operator took another Lease in %s: %v", v1.SystemNamespace, err)
+
+	ev := event("Cluster", "c")
+	ev.ReportingController = "cluster-operator"
+	_, err = op.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{})
+	assert.NilError(t, err, "the operator records an event about a Cluster")
+	ev.Namespace = metav1.NamespaceSystem
+	_, err = op.EventsV1().Events(metav1.NamespaceSystem).Create(ctx, ev, metav1.CreateOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "the operator wrote an event in %s: %v", metav1.NamespaceSystem, err)
 }

@@ -42,8 +42,10 @@ var stages []byte
 const (
 	// AdminUser is in group system:masters.
 	AdminUser = "liken-admin"
-	// OperatorUser is the identity cluster-operator runs as outside the cluster.
-	OperatorUser = "liken:cluster-operator"
+	// OperatorUser is the identity cluster-operator runs as outside the
+	// cluster: its service account's name, so that the manifests' RBAC,
+	// which binds only the service account, applies to it.
+	OperatorUser = "system:serviceaccount:liken-system:cluster-operator"
 	// NodeGroup is the group of every machine identity.
 	NodeGroup = join.NodeGroup
 	// PowerLabel on a Node makes kwok report it NotReady while its value is
@@ -632,7 +634,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, timeout time.Duration) er
 func (cp *ControlPlane) writeTokens() error {
 	users := []struct{ name, groups string }{
 		{AdminUser, "system:masters"},
-		{OperatorUser, ""},
+		{OperatorUser, "system:serviceaccounts,system:serviceaccounts:liken-system"},
 	}
 	for _, m := range cp.opts.TokenMachines {
 		users = append(users, struct{ name, groups string }{"system:node:" + m, NodeGroup})
