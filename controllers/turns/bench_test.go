@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeinformers "k8s.io/client-go/informers"
@@ -65,17 +66,22 @@ func scaleFleet(n int, withNodes bool) (*likenv1.Cluster, []*likenv1.Machine, []
 	return c, machines, nodes
 }
 
+// decideAtScale is the input of one decision at 5,000 machines.
+func decideAtScale(withNodes bool) Input {
+	c, machines, nodes := scaleFleet(5000, withNodes)
+	slices.SortFunc(machines, func(a, b *likenv1.Machine) int { return strings.Compare(a.Name, b.Name) })
+	byName := map[string]Node{}
+	for _, n := range nodes {
+		byName[n.Name] = Node{State: fleet.NodeReady, CordonedByLiken: fleet.CordonedByLiken(n)}
+	}
+	return input(c, machines, byName)
+}
+
 // BenchmarkDecide is one decision at 5,000 machines (the pure part).
 func BenchmarkDecide(b *testing.B) {
 	for _, withNodes := range []bool{false, true} {
 		b.Run(fmt.Sprintf("machines=5000/nodes=%t", withNodes), func(b *testing.B) {
-			c, machines, nodes := scaleFleet(5000, withNodes)
-			slices.SortFunc(machines, func(a, b *likenv1.Machine) int { return strings.Compare(a.Name, b.Name) })
-			byName := map[string]Node{}
-			for _, n := range nodes {
-				byName[n.Name] = Node{State: fleet.NodeReady, CordonedByLiken: fleet.CordonedByLiken(n)}
-			}
-			in := input(c, machines, byName)
+			in := decideAtScale(withNodes)
 			b.ReportAllocs()
 			for b.Loop() {
 				if d := Decide(in); len(d.Granted) != 1 {
@@ -95,44 +101,52 @@ func (w *grantWriter) UpdateStatus(context.Context, *likenv1.Cluster, metav1.Upd
 	return nil, nil
 }
 
+// syncAtScale is a turn controller whose caches hold the 5,000-machine
+// fleet, and the stub its writes go to.
+func syncAtScale(tb testing.TB, withNodes bool) (*Controller, *grantWriter) {
+	tb.Helper()
+	c, machines, nodes := scaleFleet(5000, withNodes)
+	lf := likeninformers.NewSharedInformerFactory(likenfake.NewSimpleClientset(), 0)
+	kf := kubeinformers.NewSharedInformerFactory(kubefake.NewClientset(), 0)
+	w := &grantWriter{}
+	ctrl, err := New(Config{
+		Clusters: lf.Liken().V1alpha1().Clusters(),
+		Machines: lf.Liken().V1alpha1().Machines(),
+		Nodes:    kf.Core().V1().Nodes(),
+		Writer:   w,
+		Recorder: &events.FakeRecorder{},
+		Metrics:  metrics.New(),
+		Clock:    clocktesting.NewFakeClock(after),
+		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
+			Fence: leadership.FenceFunc(func(context.Context, string) error { return nil })},
+		StartupGrace: 40 * time.Second,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := lf.Liken().V1alpha1().Clusters().Informer().GetIndexer().Add(c); err != nil {
+		tb.Fatal(err)
+	}
+	for _, m := range machines {
+		if err := lf.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(m); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		if err := kf.Core().V1().Nodes().Informer().GetIndexer().Add(n); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ctrl, w
+}
+
 // BenchmarkSync is one sync of the turn controller at 5,000 machines,
 // from the informer caches to the write: read the fleet, decide, compare,
 // write (to a stub), report. Every sync grants one turn.
 func BenchmarkSync(b *testing.B) {
 	for _, withNodes := range []bool{false, true} {
 		b.Run(fmt.Sprintf("machines=5000/nodes=%t", withNodes), func(b *testing.B) {
-			c, machines, nodes := scaleFleet(5000, withNodes)
-			lf := likeninformers.NewSharedInformerFactory(likenfake.NewSimpleClientset(), 0)
-			kf := kubeinformers.NewSharedInformerFactory(kubefake.NewClientset(), 0)
-			w := &grantWriter{}
-			ctrl, err := New(Config{
-				Clusters: lf.Liken().V1alpha1().Clusters(),
-				Machines: lf.Liken().V1alpha1().Machines(),
-				Nodes:    kf.Core().V1().Nodes(),
-				Writer:   w,
-				Recorder: &events.FakeRecorder{},
-				Metrics:  metrics.New(),
-				Clock:    clocktesting.NewFakeClock(after),
-				Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
-					Fence: leadership.FenceFunc(func(context.Context, string) error { return nil })},
-				StartupGrace: 40 * time.Second,
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lf.Liken().V1alpha1().Clusters().Informer().GetIndexer().Add(c); err != nil {
-				b.Fatal(err)
-			}
-			for _, m := range machines {
-				if err := lf.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(m); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for _, n := range nodes {
-				if err := kf.Core().V1().Nodes().Informer().GetIndexer().Add(n); err != nil {
-					b.Fatal(err)
-				}
-			}
+			ctrl, w := syncAtScale(b, withNodes)
 			ctx := klog.NewContext(context.Background(), logr.Discard())
 			b.ReportAllocs()
 			syncs := 0
@@ -145,6 +159,27 @@ func BenchmarkSync(b *testing.B) {
 			if w.writes != syncs {
 				b.Fatalf("%d writes in %d syncs: every sync should grant", w.writes, syncs)
 			}
+		})
+	}
+}
+
+// TestBenchmarkSmoke runs what BenchmarkDecide and BenchmarkSync measure,
+// a few times each, so that they keep working: at 5,000 machines every
+// decision grants exactly one turn, and every sync writes it.
+func TestBenchmarkSmoke(t *testing.T) {
+	ctx := klog.NewContext(context.Background(), logr.Discard())
+	for _, withNodes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nodes=%t", withNodes), func(t *testing.T) {
+			in := decideAtScale(withNodes)
+			for range 3 {
+				assert.Equal(t, len(Decide(in).Granted), 1, "one decision at 5,000 machines")
+			}
+			ctrl, w := syncAtScale(t, withNodes)
+			for range 3 {
+				_, err := ctrl.Sync(ctx, "lab")
+				assert.NilError(t, err)
+			}
+			assert.Equal(t, w.writes, 3, "every sync at 5,000 machines grants a turn and writes it")
 		})
 	}
 }
