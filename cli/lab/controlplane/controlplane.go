@@ -151,6 +151,10 @@ type ControlPlane struct {
 	Dir string
 	// Server is the API server's URL.
 	Server string
+	// EtcdURL is the datastore's client URL. It serves TLS and takes only
+	// clients with a certificate of the control plane's CA (the API
+	// server's), so no local user reaches the data around RBAC.
+	EtcdURL string
 	// AdminKubeconfig is the path of the admin's kubeconfig.
 	AdminKubeconfig string
 	// OperatorKubeconfig is the path of cluster-operator's kubeconfig.
@@ -239,8 +243,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 
 	pki := func(f string) string { return filepath.Join(dir, "pki", f) }
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	etcdURL := fmt.Sprintf("https://127.0.0.1:%d", etcdClient)
+	cp.EtcdURL = etcdURL
+	peerURL := fmt.Sprintf("https://127.0.0.1:%d", etcdPeer)
 	if err := cp.start("etcd", "etcd",
 		"--name", "default",
 		"--data-dir", filepath.Join(dir, "etcd"),
@@ -249,6 +254,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--listen-peer-urls", peerURL,
 		"--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "default="+peerURL,
+		"--cert-file", pki("etcd.crt"),
+		"--key-file", pki("etcd.key"),
+		"--trusted-ca-file", pki("ca.crt"),
+		"--client-cert-auth",
+		"--peer-cert-file", pki("etcd.crt"),
+		"--peer-key-file", pki("etcd.key"),
+		"--peer-trusted-ca-file", pki("ca.crt"),
+		"--peer-client-cert-auth",
 		"--unsafe-no-fsync",
 		"--log-level", "warn",
 	); err != nil {
@@ -256,6 +269,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	apiserverArgs := []string{
 		"--etcd-servers", etcdURL,
+		"--etcd-cafile", pki("ca.crt"),
+		"--etcd-certfile", pki("apiserver-etcd-client.crt"),
+		"--etcd-keyfile", pki("apiserver-etcd-client.key"),
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
 		"--endpoint-reconciler-type", "none",

@@ -2,7 +2,10 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -52,6 +55,25 @@ func TestNodesPodsAndPower(t *testing.T) {
 	})
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	assert.NilError(t, err)
+
+	// The datastore answers the API server's certificate and nobody else.
+	pool := x509.NewCertPool()
+	assert.Assert(t, pool.AppendCertsFromPEM(cp.caPEM))
+	etcdGet := func(certs ...tls.Certificate) error {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs}}}
+		resp, err := c.Get(cp.EtcdURL + "/version")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("etcd answered %s", resp.Status)
+			}
+		}
+		return err
+	}
+	assert.ErrorContains(t, etcdGet(), "certificate required", "etcd answered a client without a certificate")
+	apiserverCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "pki", "apiserver-etcd-client.crt"), filepath.Join(dir, "pki", "apiserver-etcd-client.key"))
+	assert.NilError(t, err)
+	assert.NilError(t, etcdGet(apiserverCert))
 
 	assert.NilError(t, cp.AddNode(ctx, "m1", nil))
 	poll.WaitOn(t, nodeReady(cs, "m1", true), poll.WithTimeout(60*time.Second), poll.WithDelay(200*time.Millisecond))

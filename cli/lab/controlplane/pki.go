@@ -17,7 +17,9 @@ import (
 )
 
 // writePKI writes a throw-away CA, the API server's serving certificate
-// (for 127.0.0.1 and localhost) and the service-account signing key.
+// (for 127.0.0.1 and localhost), etcd's certificate (serving its clients
+// and its peer) and the API server's client certificate for etcd, and the
+// service-account signing key.
 func (cp *ControlPlane) writePKI() error {
 	dir := filepath.Join(cp.Dir, "pki")
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -60,16 +62,28 @@ func (cp *ControlPlane) writePKI() error {
 	if err != nil {
 		return err
 	}
+	// etcd takes only clients with a certificate of this CA: no local user
+	// reaches the datastore around the API server's authorization.
+	etcdKey, etcdDER, err := leaf(caCert, caKey, 3, "etcd", now, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return err
+	}
+	etcdClientKey, etcdClientDER, err := leaf(caCert, caKey, 4, "kube-apiserver-etcd-client", now, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return err
+	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
 	cp.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 	files := map[string][]byte{
-		"ca.crt":        cp.caPEM,
-		"apiserver.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}),
+		"ca.crt":                    cp.caPEM,
+		"apiserver.crt":             pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}),
+		"etcd.crt":                  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: etcdDER}),
+		"apiserver-etcd-client.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: etcdClientDER}),
 	}
-	for name, key := range map[string]*ecdsa.PrivateKey{"ca.key": caKey, "apiserver.key": srvKey, "sa.key": saKey} {
+	for name, key := range map[string]*ecdsa.PrivateKey{"ca.key": caKey, "apiserver.key": srvKey, "sa.key": saKey, "etcd.key": etcdKey, "apiserver-etcd-client.key": etcdClientKey} {
 		der, err := x509.MarshalECPrivateKey(key)
 		if err != nil {
 			return err
@@ -82,6 +96,27 @@ func (cp *ControlPlane) writePKI() error {
 		}
 	}
 	return nil
+}
+
+// leaf makes a key and a certificate signed by the CA, for 127.0.0.1 and
+// localhost.
+func leaf(ca *x509.Certificate, caKey *ecdsa.PrivateKey, serial int64, cn string, now time.Time, usages []x509.ExtKeyUsage) (*ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(10, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  usages,
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	return key, der, err
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
