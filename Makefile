@@ -17,7 +17,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 \
 	-X k8s.io/client-go/pkg/version.gitMinor=37
 LIKEN_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X liken.sh/liken/cli/version.Version=$(LIKEN_VERSION)
+LDFLAGS  := -X liken.sh/liken/version.Version=$(LIKEN_VERSION)
 
 COMMANDS := ./cli/cmd/liken ./controllers/cmd/cluster-operator ./node/cmd/liken-node
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"liken.sh/liken/cli/version"
+	"liken.sh/liken/version"
 )
 
 // versionInfo is what liken version prints.

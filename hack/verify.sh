@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Static checks: formatting, go vet (both modules), and generated code.
+# Static checks: formatting, go vet (both modules), the dependency rules
+# between liken's parts, and generated code.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,4 +12,5 @@ if [ -n "$bad" ]; then
 fi
 go vet ./...
 (cd hack/kube && go vet .)
+hack/verify-deps.sh
 hack/verify-codegen.sh

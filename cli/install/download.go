@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // download fetches the release whose release.yaml is at docURL into dir,

@@ -19,8 +19,8 @@ import (
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 // The disk layout liken install writes (docs/guides/install.md). Sizes and

@@ -21,7 +21,7 @@ import (
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 const v1, v2 = "2026.10.10-001", "2026.10.12-001"

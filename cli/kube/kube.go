@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"liken.sh/liken/cli/version"
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/version"
 )
 
 // Flags are the standard kubeconfig flags (--kubeconfig, --context,

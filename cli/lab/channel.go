@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"liken.sh/liken/cli/lab/controlplane"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // channelRate is the channel server's rate limit in bytes per second
@@ -43,7 +43,7 @@ func newChannelCommand() *cobra.Command {
 				return err
 			}
 			port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-			if err := release.WriteFileAtomic(portFile, []byte(port), 0o644); err != nil {
+			if err := atomicfile.Write(portFile, []byte(port), 0o644); err != nil {
 				return err
 			}
 			srv := &http.Server{

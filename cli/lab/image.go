@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // Faults a lab release can carry. Each lives in the image or in the bytes

@@ -11,7 +11,7 @@ import (
 	"sort"
 
 	"liken.sh/liken/cli/lab/controlplane"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // Process kinds of the lab besides the control-plane components.
@@ -112,7 +112,7 @@ func (st *State) Save() error {
 	if err != nil {
 		return err
 	}
-	return release.WriteFileAtomic(filepath.Join(st.Dir, "lab.json"), append(b, '\n'), 0o600)
+	return atomicfile.Write(filepath.Join(st.Dir, "lab.json"), append(b, '\n'), 0o600)
 }
 
 // Machine returns the machine called name.

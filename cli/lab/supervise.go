@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"liken.sh/liken/cli/lab/controlplane"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // KindSupervisor is the process that keeps one cluster-operator copy
@@ -55,7 +55,7 @@ func supervise(ctx context.Context, labDir, name string, args []string, out inte
 		if err := c.Start(); err != nil {
 			return err
 		}
-		if err := release.WriteFileAtomic(pidFile, []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+		if err := atomicfile.Write(pidFile, []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
 			_ = c.Process.Kill()
 			return err
 		}

@@ -23,8 +23,8 @@ import (
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/boot"
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 type upOptions struct {

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"liken.sh/liken/cli/internal/cmdutil"
-	noderelease "liken.sh/liken/node/release"
+	noderelease "liken.sh/liken/release"
 )
 
 // squashfsMagic opens every squashfs image ("hsqs").

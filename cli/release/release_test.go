@@ -17,7 +17,7 @@ import (
 	"gotest.tools/v3/golden"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	noderelease "liken.sh/liken/node/release"
+	noderelease "liken.sh/liken/release"
 )
 
 var now = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)

@@ -30,7 +30,7 @@ import (
 	"liken.sh/liken/controllers/internal/worker"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // FieldManager is the field manager of the release controller's writes.

@@ -22,7 +22,7 @@ import (
 	tu "liken.sh/liken/controllers/internal/testutil"
 	likenfake "liken.sh/liken/generated/clientset/versioned/fake"
 	likeninformers "liken.sh/liken/generated/informers/externalversions"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 func index(versions ...string) string {

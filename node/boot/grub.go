@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // Bootloader reads and writes the persistent boot state.
@@ -223,16 +225,7 @@ func writeInPlace(path string, blk []byte) error {
 		return err
 	}
 	if created {
-		return syncDir(filepath.Dir(path))
+		return atomicfile.SyncDir(filepath.Dir(path))
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // The extra kernel arguments (the Cluster's settings.kernelArgs) reach the
@@ -151,7 +151,7 @@ func WriteKernelArgs(dir string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := release.WriteFileAtomic(filepath.Join(dir, KernelArgsFile), b, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, KernelArgsFile), b, 0o644); err != nil {
 		return fmt.Errorf("writing the kernel arguments for the next boot: %w", err)
 	}
 	return nil

@@ -20,8 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/atomicfile"
 	"liken.sh/liken/node/boot"
-	"liken.sh/liken/node/release"
 )
 
 // OS applies changes to the running operating system: sysctls and NTP
@@ -89,7 +89,7 @@ func (o *OS) write(rel string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	return release.WriteFileAtomic(p, data, mode)
+	return atomicfile.Write(p, data, mode)
 }
 
 // ApplyLive writes the sysctls to /proc/sys and the NTP servers to a

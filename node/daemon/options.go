@@ -19,8 +19,8 @@ import (
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/watchdog"
+	"liken.sh/liken/release"
 )
 
 // BootInfo is what the running boot says about itself.

@@ -9,8 +9,8 @@ import (
 	"k8s.io/klog/v2"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 // download is a fetch into the other slot, running in its own goroutine.

@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"liken.sh/liken/internal/atomicfile"
 	"liken.sh/liken/node/changes"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // StateFile is where the daemon keeps what must survive a restart or a
@@ -184,7 +185,7 @@ func (st *diskState) save(root string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return fmt.Errorf("saving the daemon state: %w", err)
 	}
-	if err := release.WriteFileAtomic(p, append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(p, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("saving the daemon state %s: %w", p, err)
 	}
 	return nil

@@ -17,7 +17,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/drain"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // Event reasons of the node daemon.

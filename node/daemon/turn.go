@@ -11,7 +11,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/drain"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // turnHandle is the turn running in its own goroutine.

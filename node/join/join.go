@@ -32,7 +32,7 @@ import (
 	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/klog/v2"
 
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // NodeGroup is the group of every machine's identity.
@@ -82,8 +82,11 @@ func Join(ctx context.Context, o Options) error {
 	if why == nil {
 		return nil
 	}
+	// usable: valid now, though not for RenewBefore. A failed request
+	// leaves the file as it is.
+	usable := Check(o.Kubeconfig, o.Machine, o.Now()) == nil
 	if o.Bootstrap == nil {
-		if Check(o.Kubeconfig, o.Machine, o.Now()) == nil {
+		if usable {
 			log.Info("The machine's certificate expires soon and there is no join token to replace it", "reason", why.Error())
 			return nil
 		}
@@ -91,7 +94,7 @@ func Join(ctx context.Context, o Options) error {
 	}
 	log.Info("Joining the cluster with the join token", "reason", why.Error())
 	err := request(ctx, o)
-	if err != nil && Check(o.Kubeconfig, o.Machine, o.Now()) == nil {
+	if err != nil && usable {
 		// Still valid for a while: run on it, and try again next start.
 		log.Error(err, "Replacing the machine's certificate failed; it goes on with the one it has", "reason", why.Error())
 		return nil
@@ -111,8 +114,7 @@ func request(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("making the certificate signing request: %w", err)
 	}
-	boot := rest.CopyConfig(o.Bootstrap)
-	cs, err := kubernetes.NewForConfig(boot)
+	cs, err := kubernetes.NewForConfig(o.Bootstrap)
 	if err != nil {
 		return err
 	}
@@ -131,7 +133,7 @@ func request(ctx context.Context, o Options) error {
 		return err
 	}
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	if err := write(o.Kubeconfig, boot, certPEM, keyPEM); err != nil {
+	if err := write(o.Kubeconfig, o.Bootstrap, certPEM, keyPEM); err != nil {
 		return err
 	}
 	if err := Check(o.Kubeconfig, o.Machine, o.Now()); err != nil {
@@ -200,7 +202,7 @@ func write(path string, boot *rest.Config, certPEM, keyPEM []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	if err := release.WriteFileAtomic(path, b, 0o600); err != nil {
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing the machine's kubeconfig: %w", err)
 	}
 	return nil

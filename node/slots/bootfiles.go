@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // bootFile is a release artifact GRUB loads, and its name in the slot's

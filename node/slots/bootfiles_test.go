@@ -13,8 +13,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 // publishBoot builds a release with a kernel and an initramfs (kernel

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path"
 
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // tmpDocument is where WriteDocument assembles release.yaml before it

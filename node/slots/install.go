@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // Install puts a release into slot name of a new store under root, as the

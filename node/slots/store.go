@@ -36,7 +36,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/internal/atomicfile"
+	"liken.sh/liken/release"
 )
 
 // Slot names.
@@ -265,7 +266,7 @@ func (s *Store) write(st diskState) error {
 	if err != nil {
 		return err
 	}
-	if err := release.WriteFileAtomic(s.statePath(), append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(s.statePath(), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("writing the slot state %s: %w", s.statePath(), err)
 	}
 	s.st = st

@@ -14,8 +14,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 const v1, v2, v3 = "2026.07.20-001", "2026.07.21-001", "2026.07.22-001"

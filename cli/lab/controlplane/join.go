@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,9 +35,9 @@ var joinBindings = map[string]string{
 // setUpJoin creates the join token (a bootstrap token Secret in
 // kube-system) and the bindings that let it ask for a machine certificate.
 func (cp *ControlPlane) setUpJoin(ctx context.Context) error {
-	id, secret := rand.Text()[:6], rand.Text()[:16]
-	// Bootstrap tokens are lower case: [a-z0-9]{6}.[a-z0-9]{16}.
-	id, secret = lower(id), lower(secret)
+	// Bootstrap tokens are [a-z0-9]{6}.[a-z0-9]{16}; rand.Text is base32
+	// (A-Z, 2-7).
+	id, secret := strings.ToLower(rand.Text()[:6]), strings.ToLower(rand.Text()[:16])
 	cp.joinToken = id + "." + secret
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
@@ -70,17 +71,6 @@ func (cp *ControlPlane) setUpJoin(ctx context.Context) error {
 		}
 	}
 	return clientcmd.WriteToFile(cp.bootstrapKubeconfig(), cp.BootstrapKubeconfig())
-}
-
-// lower maps rand.Text's base32 alphabet (A-Z, 2-7) to lower case.
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c - 'A' + 'a'
-		}
-	}
-	return string(b)
 }
 
 func retry(ctx context.Context, f func() error) error {

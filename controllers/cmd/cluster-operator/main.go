@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"liken.sh/liken/cli/version"
 	"liken.sh/liken/controllers/internal/operator"
 	"liken.sh/liken/controllers/liveness"
+	"liken.sh/liken/version"
 )
 
 func main() {

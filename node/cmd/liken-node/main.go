@@ -19,13 +19,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"liken.sh/liken/cli/version"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/join"
 	"liken.sh/liken/node/watchdog"
+	"liken.sh/liken/version"
 )
 
 type runFlags struct {

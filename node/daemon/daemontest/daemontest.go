@@ -19,7 +19,7 @@ import (
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
-	"liken.sh/liken/node/release"
+	"liken.sh/liken/release"
 )
 
 // Channel is a release channel served over HTTP for one test.

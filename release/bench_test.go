@@ -17,8 +17,8 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 // The benchmarks of this file compare liken's release pipeline with the
@@ -28,8 +28,8 @@ import (
 // download, write and hash. Every round runs both, alternating which goes
 // first; the figures are medians over the rounds.
 //
-//	go test -run '^$' -bench . -benchtime 1x ./node/release                  # 64 MiB, 5 rounds
-//	LIKEN_BENCH=full go test -run '^$' -bench . -benchtime 1x ./node/release # 1 GiB
+//	go test -run '^$' -bench . -benchtime 1x ./release                  # 64 MiB, 5 rounds
+//	LIKEN_BENCH=full go test -run '^$' -bench . -benchtime 1x ./release # 1 GiB
 //
 // LIKEN_BENCH_MIB sets the size in MiB and LIKEN_BENCH_ROUNDS the rounds.
 

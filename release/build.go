@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // Source is one file to publish in a release.
@@ -107,7 +109,7 @@ func Build(channelDir, version string, artifacts []Source, published time.Time) 
 	if err := writeFileSync(filepath.Join(tmp, DocumentName), b, 0o644); err != nil {
 		return "", err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := atomicfile.SyncDir(tmp); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -148,47 +150,7 @@ func WriteIndex(channelDir string, idx *Index) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(filepath.Join(channelDir, IndexName), b, 0o644)
-}
-
-// WriteFileAtomic replaces path with data: it writes a temporary file in
-// the same directory, syncs it, renames it over path and syncs the
-// directory, so a reader or a crash sees the old or the new content, never
-// a mix.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir, name := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+name+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	return syncDir(dir)
+	return atomicfile.Write(filepath.Join(channelDir, IndexName), b, 0o644)
 }
 
 func writeFileSync(path string, data []byte, perm os.FileMode) error {
@@ -205,15 +167,6 @@ func writeFileSync(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // copyFile copies src to dst (creating dst's directory) and returns the

@@ -15,8 +15,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 func TestFetchAndStage(t *testing.T) {

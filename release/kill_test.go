@@ -14,8 +14,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 
-	"liken.sh/liken/node/release"
 	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 // Environment of the child process TestFetchKilled starts and kills.
