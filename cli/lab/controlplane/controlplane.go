@@ -452,7 +452,9 @@ func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) erro
 // SetNodePower turns a kwok node's simulated power on or off: the power
 // label on its Node (Ready or NotReady) and on its Node Lease (renewed or
 // not). The Lease goes first when the power goes off, and last when it
-// comes back, so a machine never reads Ready with a silent Lease for long.
+// comes back, renewed at once as a starting kubelet renews it, so a machine
+// never reads Ready with a silent Lease (cluster-operator would call it
+// Lost after it reported Ready again).
 // Powered on, the Node reads NotReady until kwok, as the kubelet of the
 // new boot, posts Ready with a fresh heartbeat: cluster-operator ends a
 // turn only on a Ready posted after the grant, and kwok posts Ready only on
@@ -474,8 +476,15 @@ func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on 
 		_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	}
+	leasePatch := patch
+	if on {
+		// A kubelet renews its Lease as soon as it starts: the machine
+		// is not silent for kwok's first renewal, 10 to 20 s later.
+		now := metav1.NewMicroTime(time.Now()).UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+		leasePatch = []byte(`{"metadata":{"labels":{"` + PowerLabel + `":null}},"spec":{"renewTime":"` + now + `"}}`)
+	}
 	lease := func() error {
-		_, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Patch(ctx, name, types.MergePatchType, leasePatch, metav1.PatchOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil // no Lease: nothing renews it
 		}
