@@ -36,6 +36,15 @@ $(BIN)/kube: hack/kube/go.mod hack/kube/go.sum hack/kube/main.go
 	cd hack/kube && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/kube.tmp .
 	mv $(BIN)/kube.tmp $(BIN)/kube
 
+# The OS image (docs/design/image.md): a Debian kernel, liken's initramfs and
+# a squashfs root with systemd, kubelet, containerd and liken-node. Needs
+# root; the Debian root and the node agent are cached under _output/image.
+IMAGE_VERSION ?= $(shell date -u +%Y.%m.%d)-001
+
+.PHONY: image
+image: ## Build liken's OS image into _output/image (root needed).
+	$(GO) run ./image/build --out $(OUT)/image --version $(IMAGE_VERSION)
+
 .PHONY: generate
 generate: ## Regenerate clientset, listers, informers and deepcopy.
 	hack/update-codegen.sh

@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
@@ -49,6 +51,10 @@ const (
 	// deployment layer, and the name of the machine the disk is for.
 	LayerFile   = "layer.tgz"
 	MachineFile = "machine"
+	// BootstrapFile is the kubeconfig the machine's kubelet and liken-node
+	// join with: the Cluster's endpoint, the server CA and the bootstrap
+	// token of the layer's join token.
+	BootstrapFile = "bootstrap.kubeconfig"
 	// maxMBRBytes is the most an MBR partition table addresses.
 	maxMBRBytes = int64(1<<32-1) * diskimage.SectorSize
 )
@@ -279,7 +285,7 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	if err := writeBootTree(trees[BootLabel]); err != nil {
 		return nil, err
 	}
-	if err := writeLayerTree(trees[LayerLabel], o.Layer, o.Machine); err != nil {
+	if err := writeLayerTree(trees[LayerLabel], o.Layer, lay, o.Machine); err != nil {
 		return nil, err
 	}
 
@@ -406,9 +412,10 @@ func writeBootTree(dir string) error {
 	return nil
 }
 
-// writeLayerTree writes the layer partition: the layer (readable by root
-// only: it holds keys) and the machine's name.
-func writeLayerTree(dir, layerFile, machine string) error {
+// writeLayerTree writes the layer partition: the layer and the join
+// kubeconfig (readable by root only: they hold keys and the token) and the
+// machine's name.
+func writeLayerTree(dir, layerFile string, lay *layer.Layer, machine string) error {
 	b, err := os.ReadFile(layerFile)
 	if err != nil {
 		return err
@@ -416,7 +423,34 @@ func writeLayerTree(dir, layerFile, machine string) error {
 	if err := os.WriteFile(filepath.Join(dir, LayerFile), b, 0o600); err != nil {
 		return err
 	}
+	join, err := BootstrapKubeconfig(lay)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, BootstrapFile), join, 0o600); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(dir, MachineFile), []byte(machine+"\n"), 0o644)
+}
+
+// BootstrapKubeconfig returns the kubeconfig a machine of the layer joins
+// with: the Cluster's spec.network.endpoint, the identity's server CA, and
+// the bootstrap token of its join token.
+func BootstrapKubeconfig(lay *layer.Layer) ([]byte, error) {
+	id, secret, err := layer.BootstrapToken(lay.Identity.Files[layer.TokenFile])
+	if err != nil {
+		return nil, err
+	}
+	server := lay.Cluster.Cluster.Spec.Network.Endpoint
+	if !strings.Contains(server, "://") {
+		server = "https://" + server
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: lay.Identity.Files["server-ca.crt"]}
+	cfg.AuthInfos["join"] = &clientcmdapi.AuthInfo{Token: id + "." + secret}
+	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "join"}
+	cfg.CurrentContext = "liken"
+	return clientcmd.Write(*cfg)
 }
 
 func treeSize(dir string) (int64, error) {

@@ -250,7 +250,7 @@ func TestReadRefuses(t *testing.T) {
 			return craft(t, replace(valid, "identity/server-ca.key", file("identity/server-ca.key", ck))...)
 		}, DefaultLimits, []string{"server-ca.key does not belong to server-ca.crt"}},
 		{"foreign token", func() []byte {
-			tok := JoinToken([]byte("another CA"), "0123456789abcdef0123")
+			tok := JoinToken([]byte("another CA"), "abcdef.0123456789abcdef")
 			return craft(t, replace(valid, "identity/token", file("identity/token", []byte(tok)))...)
 		}, DefaultLimits, []string{"token", "belongs to another identity"}},
 		{"not gzip", func() []byte { return []byte("PK\x03\x04 this is a zip") },

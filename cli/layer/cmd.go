@@ -40,7 +40,7 @@ The archive is a gzip-compressed tar of regular files, each mode 0600:
   identity/etcd/server-ca.crt     and .key: the datastore's
   identity/etcd/peer-ca.crt       and .key: between datastore members
   identity/service.key       the service-account signing key
-  identity/token             the join token (K10<server CA hash>::server:<secret>)
+  identity/token             the join token (K10<server CA hash>::<id>.<secret>)
 
 Readers refuse absolute paths, .., links, devices, unexpected members and
 oversized members or archives, naming the member.`,
@@ -67,7 +67,7 @@ func newGenerateCommand() *cobra.Command {
 		Long: `Create a new cluster identity in DIR: the server, client and request-header
 certificate authorities, the datastore's server and peer certificate
 authorities, the service-account signing key, and a join token in the full
-format k3s accepts (K10<server CA hash>::server:<secret>).
+format k3s accepts (K10<server CA hash>::<id>.<secret>).
 
 Private keys and the token are written with mode 0600, and DIR is created
 with mode 0700. A cluster keeps its identity for life: back DIR up and keep

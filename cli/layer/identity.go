@@ -18,6 +18,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -55,8 +56,6 @@ const (
 	ServiceAccountKeyFile = "service.key"
 	// TokenFile holds the join token.
 	TokenFile = "token"
-	// tokenUser is the user part of a full k3s join token.
-	tokenUser = "server"
 )
 
 // IdentityFiles lists every file of an identity, in a stable order.
@@ -98,7 +97,8 @@ const DefaultCAValidity = 10 * 365 * 24 * time.Hour
 
 // GenerateIdentity creates a new cluster identity: an ECDSA P-256 CA for
 // each entry of CAs, an RSA service-account signing key, and a join token
-// in the full format k3s accepts (K10<sha256 of server-ca.crt>::server:<secret>).
+// in the full format k3s accepts (K10<sha256 of server-ca.crt>::<id>.<secret>),
+// whose bootstrap token machines join with.
 func GenerateIdentity(opts GenerateOptions) (*Identity, error) {
 	if opts.Validity <= 0 {
 		opts.Validity = DefaultCAValidity
@@ -131,19 +131,39 @@ func GenerateIdentity(opts GenerateOptions) (*Identity, error) {
 		return nil, err
 	}
 	id.Files[ServiceAccountKeyFile] = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-	secret := make([]byte, 32)
-	if _, err := io.ReadFull(opts.Rand, secret); err != nil {
+	// A Kubernetes bootstrap token: 6 and 16 characters of [a-z0-9].
+	raw := make([]byte, 22)
+	if _, err := io.ReadFull(opts.Rand, raw); err != nil {
 		return nil, fmt.Errorf("generating the join token: %w", err)
 	}
-	id.Files[TokenFile] = []byte(JoinToken(id.Files["server-ca.crt"], hex.EncodeToString(secret)) + "\n")
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	for i, b := range raw {
+		raw[i] = alphabet[int(b)%len(alphabet)]
+	}
+	id.Files[TokenFile] = []byte(JoinToken(id.Files["server-ca.crt"], string(raw[:6])+"."+string(raw[6:])) + "\n")
 	return id, nil
 }
 
-// JoinToken formats a full k3s join token: K10, the SHA-256 of the server
-// CA bundle as k3s serves it, then ::server: and the secret.
-func JoinToken(serverCA []byte, secret string) string {
+// JoinToken formats a full join token as k3s accepts it for an agent: K10,
+// the SHA-256 of the server CA bundle, then :: and a Kubernetes bootstrap
+// token (<id>.<secret>), with which a machine joins through TLS bootstrap.
+func JoinToken(serverCA []byte, bootstrapToken string) string {
 	sum := sha256.Sum256(serverCA)
-	return "K10" + hex.EncodeToString(sum[:]) + "::" + tokenUser + ":" + secret
+	return "K10" + hex.EncodeToString(sum[:]) + "::" + bootstrapToken
+}
+
+// bootstrapTokenFormat is a Kubernetes bootstrap token.
+var bootstrapTokenFormat = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+
+// BootstrapToken returns the bootstrap token (<id>.<secret>) of a join
+// token file, which a machine presents to the API server to join.
+func BootstrapToken(tokenFile []byte) (id, secret string, err error) {
+	_, rest, ok := strings.Cut(strings.TrimSpace(string(tokenFile)), "::")
+	m := bootstrapTokenFormat.FindStringSubmatch(rest)
+	if !ok || m == nil {
+		return "", "", errors.New("the join token is not in the full format K10<CA hash>::<id>.<secret> (a bootstrap token: 6 and 16 characters of a-z, 0-9)")
+	}
+	return m[1], m[2], nil
 }
 
 func newCA(rnd io.Reader, cn string, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
@@ -328,16 +348,12 @@ func checkToken(tokenFile, serverCA []byte) error {
 	if strings.ContainsAny(tok, "\n\r\t ") {
 		return errors.New("the join token must be one line without spaces")
 	}
-	hash, rest, ok := strings.Cut(strings.TrimPrefix(tok, "K10"), "::")
+	hash, _, ok := strings.Cut(strings.TrimPrefix(tok, "K10"), "::")
 	if !strings.HasPrefix(tok, "K10") || !ok {
-		return errors.New("the join token is not in the full format K10<CA hash>::server:<secret>")
+		return errors.New("the join token is not in the full format K10<CA hash>::<id>.<secret>")
 	}
-	user, secret, ok := strings.Cut(rest, ":")
-	if !ok || user != tokenUser || secret == "" {
-		return errors.New("the join token is not in the full format K10<CA hash>::server:<secret>")
-	}
-	if len(secret) < 16 {
-		return errors.New("the join token's secret is shorter than 16 characters")
+	if _, _, err := BootstrapToken(tokenFile); err != nil {
+		return err
 	}
 	sum := sha256.Sum256(serverCA)
 	if hash != hex.EncodeToString(sum[:]) {

@@ -37,12 +37,16 @@ func TestGenerateIdentity(t *testing.T) {
 		seen[k] = true
 	}
 
-	// The token is in the full format k3s accepts, bound to the server CA.
+	// The token is in the full format k3s accepts, bound to the server CA,
+	// and carries a Kubernetes bootstrap token.
 	tok := strings.TrimSpace(string(id.Files[TokenFile]))
-	m := regexp.MustCompile(`^K10([0-9a-f]{64})::server:([0-9a-f]{64})$`).FindStringSubmatch(tok)
+	m := regexp.MustCompile(`^K10([0-9a-f]{64})::([a-z0-9]{6})\.([a-z0-9]{16})$`).FindStringSubmatch(tok)
 	assert.Assert(t, m != nil, "token format")
 	sum := sha256.Sum256(id.Files["server-ca.crt"])
 	assert.Equal(t, m[1], hex.EncodeToString(sum[:]))
+	tid, secret, err := BootstrapToken(id.Files[TokenFile])
+	assert.NilError(t, err)
+	assert.Equal(t, tid+"."+secret, m[2]+"."+m[3])
 
 	other, err := GenerateIdentity(GenerateOptions{})
 	assert.NilError(t, err)
@@ -94,8 +98,8 @@ func TestLoadIdentityRefuses(t *testing.T) {
 			[]string{"token: the join token is not in the full format"}},
 		{"short secret", func(dir string) {
 			b, _ := os.ReadFile(filepath.Join(dir, "server-ca.crt"))
-			os.WriteFile(filepath.Join(dir, "token"), []byte(JoinToken(b, "abc")), 0o600)
-		}, []string{"shorter than 16"}},
+			os.WriteFile(filepath.Join(dir, "token"), []byte(JoinToken(b, "abcdef.abc")), 0o600)
+		}, []string{"a bootstrap token: 6 and 16 characters"}},
 		{"a directory instead of a file", func(dir string) {
 			os.Remove(filepath.Join(dir, "token"))
 			os.Mkdir(filepath.Join(dir, "token"), 0o700)
@@ -121,7 +125,8 @@ func TestFingerprintsRevealNoSecret(t *testing.T) {
 	assert.NilError(t, err)
 	fps := id.Fingerprints()
 	assert.Equal(t, len(fps), len(IdentityFiles()))
-	secret := strings.SplitN(strings.TrimSpace(string(id.Files[TokenFile])), ":", 4)[3]
+	_, secret, err := BootstrapToken(id.Files[TokenFile])
+	assert.NilError(t, err)
 	for _, fp := range fps {
 		s := fp.Detail + fp.SHA256
 		assert.Assert(t, !strings.Contains(s, secret))
@@ -141,5 +146,5 @@ func fixtureSecret(t testing.TB) string {
 	b, err := os.ReadFile(filepath.Join(testdata, "identity", TokenFile))
 	assert.NilError(t, err)
 	tok := strings.TrimSpace(string(b))
-	return tok[strings.LastIndex(tok, ":")+1:]
+	return tok[strings.LastIndex(tok, ".")+1:]
 }

@@ -91,7 +91,7 @@ func (m *machine) powerOn() {
 	assert.NilError(m.t, os.MkdirAll(logDir, 0o755))
 	name := strings.NewReplacer("/", "-", " ", "_").Replace(m.t.Name())
 	logPath := filepath.Join(logDir, name+"-"+string(rune('0'+m.runs))+".log")
-	vm, err := m.kit.Start(m.disk.Path, logPath)
+	vm, err := m.kit.Start(m.disk.Path, logPath, BootTest)
 	assert.NilError(m.t, err)
 	m.vm = vm
 	m.t.Cleanup(func() {

@@ -2,7 +2,6 @@ package boote2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
 )
@@ -230,77 +230,16 @@ func (d *Disk) WriteEnv(name string, b []byte) error {
 // Initramfs returns a gzip-compressed newc cpio archive with bootinit as /init, the
 // scenario, and the kernel modules with their load order.
 func (k *Kit) Initramfs(scenario string) ([]byte, error) {
-	w := &cpioWriter{}
-	for _, dir := range []string{"dev", "proc", "sys", "mnt", "lib", "lib/modules"} {
-		w.dir(dir)
-	}
-	w.node("dev/console", 0o600, 5, 1)
+	a := initramfs.New()
+	a.Dir("mnt")
 	init, err := os.ReadFile(k.Init)
 	if err != nil {
 		return nil, err
 	}
-	w.file("init", 0o755, init)
-	w.file("scenario", 0o644, []byte(scenario+"\n"))
-	var order []string
-	for _, m := range k.Modules {
-		b, err := os.ReadFile(m)
-		if err != nil {
-			return nil, err
-		}
-		w.file("lib/modules/"+filepath.Base(m), 0o644, b)
-		order = append(order, filepath.Base(m))
-	}
-	w.file("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
-	// Compressed, GRUB reads a third of the bytes through the BIOS, which
-	// is the slow part of a boot under emulation.
-	var z bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&z, gzip.BestSpeed)
-	if err != nil {
+	a.File("init", 0o755, init)
+	a.File("scenario", 0o644, []byte(scenario+"\n"))
+	if err := a.Modules(k.Modules); err != nil {
 		return nil, err
 	}
-	if _, err := zw.Write(w.finish()); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return z.Bytes(), nil
-}
-
-// cpioWriter writes the "newc" cpio format the kernel unpacks.
-type cpioWriter struct {
-	buf bytes.Buffer
-	ino int
-}
-
-func (w *cpioWriter) entry(name string, mode uint32, rmajor, rminor int, data []byte) {
-	w.ino++
-	nlink := 1
-	if mode&0o170000 == 0o040000 {
-		nlink = 2
-	}
-	fmt.Fprintf(&w.buf, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		w.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rmajor, rminor, len(name)+1, 0)
-	w.buf.WriteString(name)
-	w.buf.WriteByte(0)
-	w.pad()
-	w.buf.Write(data)
-	w.pad()
-}
-
-func (w *cpioWriter) pad() {
-	for w.buf.Len()%4 != 0 {
-		w.buf.WriteByte(0)
-	}
-}
-
-func (w *cpioWriter) dir(name string)                         { w.entry(name, 0o040755, 0, 0, nil) }
-func (w *cpioWriter) file(name string, perm uint32, b []byte) { w.entry(name, 0o100000|perm, 0, 0, b) }
-func (w *cpioWriter) node(name string, perm uint32, major, minor int) {
-	w.entry(name, 0o020000|perm, major, minor, nil)
-}
-
-func (w *cpioWriter) finish() []byte {
-	w.entry("TRAILER!!!", 0, 0, 0, nil)
-	return w.buf.Bytes()
+	return a.Gzip()
 }

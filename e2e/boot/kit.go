@@ -9,18 +9,16 @@ package boote2e
 
 import (
 	"bytes"
-	"debug/elf"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"syscall"
 
+	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/node/boot/diskimage"
 )
 
@@ -235,97 +233,12 @@ func (k *Kit) findKernel() error {
 	return nil
 }
 
-// resolveModules finds SlotModules and their dependencies (read from each
-// module's .modinfo section: the unpacked kernel has no modules.dep) and
-// orders them dependencies first.
+// resolveModules finds SlotModules and their dependencies, dependencies
+// first.
 func (k *Kit) resolveModules() error {
-	paths := map[string]string{}
-	err := filepath.WalkDir(k.ModulesDir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && strings.HasSuffix(p, ".ko") {
-			paths[modName(strings.TrimSuffix(d.Name(), ".ko"))] = p
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	builtin := map[string]bool{}
-	if b, err := os.ReadFile(filepath.Join(k.ModulesDir, "modules.builtin")); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			builtin[modName(strings.TrimSuffix(filepath.Base(l), ".ko"))] = true
-		}
-	}
-	var order []string
-	state := map[string]int{} // 1 visiting, 2 done
-	var visit func(string) error
-	visit = func(name string) error {
-		switch state[name] {
-		case 1:
-			return fmt.Errorf("module dependency cycle at %s", name)
-		case 2:
-			return nil
-		}
-		state[name] = 1
-		p, ok := paths[name]
-		if !ok {
-			if builtin[name] {
-				state[name] = 2
-				return nil
-			}
-			return fmt.Errorf("kernel module %s not found under %s", name, k.ModulesDir)
-		}
-		deps, err := modDepends(p)
-		if err != nil {
-			return err
-		}
-		for _, d := range deps {
-			if err := visit(d); err != nil {
-				return err
-			}
-		}
-		state[name] = 2
-		order = append(order, p)
-		return nil
-	}
-	for _, m := range SlotModules {
-		if err := visit(m); err != nil {
-			return err
-		}
-	}
+	order, err := initramfs.ResolveModules(k.ModulesDir, SlotModules)
 	k.Modules = order
-	return nil
-}
-
-func modName(s string) string { return strings.ReplaceAll(s, "-", "_") }
-
-// modDepends reads the depends= entry of a module's .modinfo section.
-func modDepends(path string) ([]string, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading module %s: %w", path, err)
-	}
-	defer f.Close()
-	sec := f.Section(".modinfo")
-	if sec == nil {
-		return nil, fmt.Errorf("module %s has no .modinfo", path)
-	}
-	data, err := sec.Data()
-	if err != nil {
-		return nil, err
-	}
-	var deps []string
-	for _, kv := range bytes.Split(data, []byte{0}) {
-		if v, ok := bytes.CutPrefix(kv, []byte("depends=")); ok && len(v) > 0 {
-			for _, d := range strings.Split(string(v), ",") {
-				deps = append(deps, modName(d))
-			}
-		}
-	}
-	sort.Strings(deps)
-	return deps, nil
+	return err
 }
 
 // Tool returns the path of an unpacked program.

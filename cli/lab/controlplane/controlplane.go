@@ -77,11 +77,25 @@ type Options struct {
 	// for load generators that play thousands of machines: one join and one
 	// TLS connection each would outweigh what they measure.
 	TokenMachines []string
+	// CA is the certificate authority of the control plane (its serving
+	// certificate, client certificates, machine certificates): a cluster
+	// identity's server CA, so machines that join with that identity's
+	// layer trust the API server. Nil: a throw-away CA.
+	CA *CA
+	// JoinToken is the bootstrap token (<id>.<secret>) machines join with,
+	// such as the one in a cluster identity's join token. Empty: a random
+	// one.
+	JoinToken string
 	// Detach starts the processes in their own session, so they outlive the
 	// process that started them (the lab). Tests leave it false.
 	Detach bool
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
+}
+
+// CA is a certificate authority: its certificate and private key, PEM.
+type CA struct {
+	Cert, Key []byte
 }
 
 // Process is one process the control plane started.

@@ -38,6 +38,12 @@ func (cp *ControlPlane) setUpJoin(ctx context.Context) error {
 	// Bootstrap tokens are [a-z0-9]{6}.[a-z0-9]{16}; rand.Text is base32
 	// (A-Z, 2-7).
 	id, secret := strings.ToLower(rand.Text()[:6]), strings.ToLower(rand.Text()[:16])
+	if t := cp.opts.JoinToken; t != "" {
+		var ok bool
+		if id, secret, ok = strings.Cut(t, "."); !ok {
+			return fmt.Errorf("the join token is not a bootstrap token <id>.<secret>")
+		}
+	}
 	cp.joinToken = id + "." + secret
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {

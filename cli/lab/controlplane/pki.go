@@ -1,12 +1,15 @@
 package controlplane
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -16,34 +19,24 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// writePKI writes a throw-away CA, the API server's serving certificate
-// (for 127.0.0.1 and localhost), etcd's certificate (serving its clients
-// and its peer) and the API server's client certificate for etcd, and the
-// service-account signing key.
+// hostFromQEMU is the host's address on QEMU's user network: virtual
+// machines reach the host's loopback through it, so the API server's
+// certificate names it.
+var hostFromQEMU = net.ParseIP("10.0.2.2")
+
+// writePKI writes the CA (Options.CA, or a throw-away one), the API
+// server's serving certificate (for 127.0.0.1, localhost and
+// hostFromQEMU), etcd's certificate (serving its clients and its peer) and
+// the API server's client certificate for etcd, and the service-account
+// signing key.
 func (cp *ControlPlane) writePKI() error {
 	dir := filepath.Join(cp.Dir, "pki")
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "liken-lab-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	caCert, caKey, err := cp.ca(now)
 	if err != nil {
 		return err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
+	caDER := caCert.Raw
 	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -56,7 +49,7 @@ func (cp *ControlPlane) writePKI() error {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1"), hostFromQEMU},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {
@@ -83,7 +76,7 @@ func (cp *ControlPlane) writePKI() error {
 		"etcd.crt":                  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: etcdDER}),
 		"apiserver-etcd-client.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: etcdClientDER}),
 	}
-	for name, key := range map[string]*ecdsa.PrivateKey{"ca.key": caKey, "apiserver.key": srvKey, "sa.key": saKey, "etcd.key": etcdKey, "apiserver-etcd-client.key": etcdClientKey} {
+	for name, key := range map[string]*ecdsa.PrivateKey{"ca.key": caKey.(*ecdsa.PrivateKey), "apiserver.key": srvKey, "sa.key": saKey, "etcd.key": etcdKey, "apiserver-etcd-client.key": etcdClientKey} {
 		der, err := x509.MarshalECPrivateKey(key)
 		if err != nil {
 			return err
@@ -100,7 +93,7 @@ func (cp *ControlPlane) writePKI() error {
 
 // leaf makes a key and a certificate signed by the CA, for 127.0.0.1 and
 // localhost.
-func leaf(ca *x509.Certificate, caKey *ecdsa.PrivateKey, serial int64, cn string, now time.Time, usages []x509.ExtKeyUsage) (*ecdsa.PrivateKey, []byte, error) {
+func leaf(ca *x509.Certificate, caKey crypto.Signer, serial int64, cn string, now time.Time, usages []x509.ExtKeyUsage) (*ecdsa.PrivateKey, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -117,6 +110,49 @@ func leaf(ca *x509.Certificate, caKey *ecdsa.PrivateKey, serial int64, cn string
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	return key, der, err
+}
+
+// ca returns Options.CA, parsed, or a new throw-away CA.
+func (cp *ControlPlane) ca(now time.Time) (*x509.Certificate, crypto.Signer, error) {
+	if c := cp.opts.CA; c != nil {
+		cb, _ := pem.Decode(c.Cert)
+		kb, _ := pem.Decode(c.Key)
+		if cb == nil || kb == nil {
+			return nil, nil, errors.New("the control plane's CA is not a PEM certificate and key")
+		}
+		cert, err := x509.ParseCertificate(cb.Bytes)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the control plane's CA: %w", err)
+		}
+		var key any
+		if key, err = x509.ParsePKCS8PrivateKey(kb.Bytes); err != nil {
+			key, err = x509.ParseECPrivateKey(kb.Bytes)
+		}
+		ec, ok := key.(*ecdsa.PrivateKey)
+		if err != nil || !ok {
+			return nil, nil, fmt.Errorf("the control plane's CA key is not an ECDSA key: %v", err)
+		}
+		return cert, ec, nil
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "liken-lab-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(caDER)
+	return cert, caKey, err
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/internal/sdnotify"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
@@ -185,6 +186,12 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		return err
 	}
 	log.Info("liken-node starting", "version", version.Version, "machine", f.machine, "slot", bi.Slot, "trial", bi.Trial, "release", bi.Version, "bootID", bi.BootID)
+	// On a liken machine systemd supervises liken-node (Type=notify,
+	// WatchdogSec): it restarts a liken-node that exits or stops answering.
+	if err := sdnotify.Notify("READY=1"); err != nil {
+		log.Error(err, "Telling the service manager that liken-node is ready")
+	}
+	go sdnotify.Keepalive(ctx, sdnotify.WatchdogInterval(), func() bool { return true })
 	return d.Run(ctx)
 }
 

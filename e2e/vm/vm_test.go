@@ -1,0 +1,273 @@
+// Package vme2e runs liken's real OS image in virtual machines: disks written by liken install, booted by QEMU through GRUB, joining a control plane with NodeRestriction on.
+package vme2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/install"
+	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/layer"
+	clirelease "liken.sh/liken/cli/release"
+	boote2e "liken.sh/liken/e2e/boot"
+	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/node/boot/diskimage"
+)
+
+// machineHardware is what each virtual machine gets: kubelet, containerd
+// and liken-node need more than the boot tests' init.
+var machineHardware = boote2e.Hardware{MemoryMiB: 1536, CPUs: 2, Network: true}
+
+// lab is a control plane on the host, a release channel served over HTTP,
+// and the OS image published in it.
+type lab struct {
+	t        *testing.T
+	kit      *boote2e.Kit
+	cp       *controlplane.ControlPlane
+	kube     kubernetes.Interface
+	liken    versioned.Interface
+	dir      string
+	image    string // folder of make image's output
+	channel  string // the channel folder
+	source   string // the channel's URL as the machines see it
+	identity *layer.Identity
+	grub     *install.BootCode
+}
+
+func newLab(t *testing.T) *lab {
+	repo, err := boote2e.RepoRoot()
+	assert.NilError(t, err)
+	l := &lab{t: t, dir: t.TempDir(), image: filepath.Join(repo, "_output", "image")}
+	for _, f := range []string{"rootfs.squashfs", "vmlinuz", "initrd.img", "packages.txt"} {
+		if _, err := os.Stat(filepath.Join(l.image, f)); err != nil {
+			t.Fatalf("the OS image is not built (%v): run make image, which make test runs first", err)
+		}
+	}
+	l.kit, err = boote2e.Prepare(t.Logf)
+	assert.NilError(t, err)
+	g := diskimage.UnpackedGRUB(l.kit.Root)
+	bootImg, err := g.BootImage()
+	assert.NilError(t, err)
+	core, err := g.CoreImage(install.GrubPrefix)
+	assert.NilError(t, err)
+	l.grub = &install.BootCode{BootImg: bootImg, CoreImg: core}
+
+	// The control plane trusts the cluster identity the machines' layer
+	// carries: its server CA and the bootstrap token of its join token.
+	l.identity, err = layer.GenerateIdentity(layer.GenerateOptions{Cluster: "vm"})
+	assert.NilError(t, err)
+	id, secret, err := layer.BootstrapToken(l.identity.Files[layer.TokenFile])
+	assert.NilError(t, err)
+	l.cp = controlplane.StartForTest(t, controlplane.Options{
+		CA:        &controlplane.CA{Cert: l.identity.Files["server-ca.crt"], Key: l.identity.Files["server-ca.key"]},
+		JoinToken: id + "." + secret,
+	})
+	ctx := context.Background()
+	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
+		out, err := l.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(repo, "manifests", f))
+		assert.NilError(t, err, out)
+	}
+	l.kube, err = kubernetes.NewForConfig(l.cp.AdminConfig())
+	assert.NilError(t, err)
+	l.liken, err = versioned.NewForConfig(l.cp.AdminConfig())
+	assert.NilError(t, err)
+
+	l.channel = filepath.Join(l.dir, "channel")
+	srv := httptest.NewServer(http.FileServer(http.Dir(l.channel)))
+	t.Cleanup(srv.Close)
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	assert.NilError(t, err)
+	// QEMU's user network takes the machines to the host's loopback.
+	l.source = "http://10.0.2.2:" + port
+	return l
+}
+
+// publish publishes the OS image as release version.
+func (l *lab) publish(version string) *clirelease.Result {
+	rel, err := clirelease.Build(clirelease.BuildOptions{
+		Image: filepath.Join(l.image, "rootfs.squashfs"), Channel: l.channel, Version: version,
+		Artifacts: []string{
+			"boot/vmlinuz=" + filepath.Join(l.image, "vmlinuz"),
+			"boot/initrd.img=" + filepath.Join(l.image, "initrd.img"),
+			"packages.txt=" + filepath.Join(l.image, "packages.txt"),
+		},
+	}, clocktesting.NewFakePassiveClock(time.Now()))
+	assert.NilError(l.t, err)
+	return rel
+}
+
+// fleet writes the Cluster on rel and the machines (the first a leader)
+// to the API and into a layer, and returns the layer's path.
+func (l *lab) fleet(rel *clirelease.Result, machines ...string) string {
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(l.cp.Server, "https://"))
+	assert.NilError(l.t, err)
+	docs := fmt.Sprintf(`apiVersion: liken.sh/v1alpha1
+kind: Cluster
+metadata: {name: vm}
+spec:
+  version: %q
+  releases:
+    source: %s
+    catalog: [{version: %q, digest: %q}]
+  network: {endpoint: "https://10.0.2.2:%s"}
+  disruption: {maxUnavailable: 1}
+`, rel.Version, l.source, rel.Version, rel.Digest, port)
+	for i, m := range machines {
+		role := likenv1.RoleWorker
+		if i == 0 {
+			role = likenv1.RoleLeader
+		}
+		docs += fmt.Sprintf("---\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata: {name: %s}\nspec: {cluster: vm, role: %s, rebootPolicy: Auto}\n", m, role)
+	}
+	file := filepath.Join(l.dir, "fleet.yaml")
+	assert.NilError(l.t, os.WriteFile(file, []byte(docs), 0o644))
+	out, err := l.cp.Kubectl(context.Background(), "apply", "--server-side", "-f", file)
+	assert.NilError(l.t, err, out)
+	parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
+	assert.Assert(l.t, len(errs) == 0, "%v", errs)
+	cluster, ms, errs := layer.CheckFleet(parsed)
+	assert.Assert(l.t, len(errs) == 0, "%v", errs)
+	layerFile := filepath.Join(l.dir, "layer.tgz")
+	assert.NilError(l.t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity}).WriteFile(layerFile, true))
+	return layerFile
+}
+
+// vm is one virtual machine of the lab.
+type vm struct {
+	l     *lab
+	name  string
+	disk  string
+	log   string
+	qemu  *boote2e.VM
+	boots int
+}
+
+// install writes the machine's disk with liken install, from the release
+// folder on the channel.
+func (l *lab) install(name, layerFile string, rel *clirelease.Result) *vm {
+	m := &vm{l: l, name: name, disk: filepath.Join(l.dir, name+".img")}
+	start := time.Now()
+	_, err := install.Install(context.Background(), install.Options{
+		Disk: m.disk, Release: rel.Dir, Layer: layerFile, Machine: name, Size: 3 << 30,
+		GRUB: l.grub, TempDir: l.dir,
+	})
+	assert.NilError(l.t, err)
+	l.t.Logf("%s: disk written by liken install in %s", name, time.Since(start).Round(time.Millisecond))
+	return m
+}
+
+// powerOn starts the virtual machine; the test's end pulls its power.
+func (m *vm) powerOn() {
+	m.boots++
+	m.log = filepath.Join(m.l.dir, fmt.Sprintf("%s-console-%d.log", m.name, m.boots))
+	q, err := m.l.kit.Start(m.disk, m.log, machineHardware)
+	assert.NilError(m.l.t, err)
+	m.qemu = q
+	m.l.t.Cleanup(func() {
+		q.Kill()
+		if m.l.t.Failed() {
+			b, _ := os.ReadFile(m.log)
+			m.l.t.Logf("%s console (boot %d), last 6000 bytes:\n%s", m.name, m.boots, tail(string(b), 6000))
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// waitNodeReady waits until the machine's kubelet reports its Node Ready
+// and returns how long that took since power on.
+func (m *vm) waitNodeReady(timeout time.Duration) time.Duration {
+	m.l.t.Helper()
+	poll.WaitOn(m.l.t, func(poll.LogT) poll.Result {
+		if exited, err := m.qemu.Exited(); exited {
+			return poll.Error(fmt.Errorf("the virtual machine stopped: %v", err))
+		}
+		n, err := m.l.kube.CoreV1().Nodes().Get(context.Background(), m.name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("Node %s: %v", m.name, err)
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return poll.Success()
+			}
+		}
+		return poll.Continue("Node %s is not Ready", m.name)
+	}, poll.WithTimeout(timeout), poll.WithDelay(time.Second))
+	return time.Since(m.qemu.Started)
+}
+
+// machine reads the machine's Machine.
+func (m *vm) machine() *likenv1.Machine {
+	got, err := m.l.liken.LikenV1alpha1().Machines().Get(context.Background(), m.name, metav1.GetOptions{})
+	assert.NilError(m.l.t, err)
+	return got
+}
+
+// TestMachineJoinsAndRunsPods: a disk written by liken install boots the
+// OS image under QEMU; its kubelet joins through TLS bootstrap with the
+// layer's join token (NodeRestriction on), its Node reads Ready, liken-node
+// reports the release it runs, and a pod of the preloaded workload image
+// runs on it with no registry.
+func TestMachineJoinsAndRunsPods(t *testing.T) {
+	l := newLab(t)
+	rel := l.publish("2026.12.01-001")
+	layerFile := l.fleet(rel, "vm-1")
+	m := l.install("vm-1", layerFile, rel)
+	m.powerOn()
+	ready := m.waitNodeReady(6 * time.Minute)
+	t.Logf("vm-1: Node Ready %s after power on", ready.Round(time.Second))
+
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		st := m.machine().Status
+		if st.Version == rel.Version && st.Slot == "A" {
+			return poll.Success()
+		}
+		return poll.Continue("Machine vm-1 reports version %q slot %q", st.Version, st.Slot)
+	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(time.Second))
+
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName: "vm-1",
+			Containers: []corev1.Container{{
+				Name: "workload", Image: "liken.sh/workload:1.0", ImagePullPolicy: corev1.PullNever,
+			}},
+		},
+	}
+	_, err := l.kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	start := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		p, err := l.kube.CoreV1().Pods("default").Get(ctx, "workload", metav1.GetOptions{})
+		if err != nil {
+			return poll.Error(err)
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			return poll.Success()
+		}
+		return poll.Continue("pod workload is %s: %v", p.Status.Phase, p.Status.ContainerStatuses)
+	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(time.Second))
+	t.Logf("vm-1: pod running %s after it was created", time.Since(start).Round(time.Second))
+}

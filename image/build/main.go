@@ -1,0 +1,494 @@
+// Command build builds liken's OS image (make image): a Debian kernel, liken's initramfs, and a read-only squashfs root with systemd, the node agent and liken-node.
+//
+// It writes to --out (default _output/image):
+//
+//	rootfs.squashfs  the root file system, whose /etc/liken/release names --version
+//	vmlinuz          the kernel
+//	initrd.img       the initramfs: liken-boot and the modules it needs
+//	packages.txt     every Debian package and built component, with its version
+//
+// `liken release rootfs.squashfs --version V --artifact boot/vmlinuz=vmlinuz
+// --artifact boot/initrd.img=initrd.img --artifact packages.txt=packages.txt`
+// publishes it. Slow steps are cached under --cache: the Debian root (per
+// package list), the node agent (per version); liken's own binaries are
+// rebuilt every time. Building needs root (mmdebstrap, file ownership),
+// mmdebstrap, squashfs-tools, gcc and libseccomp-dev (runc).
+package main
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"liken.sh/liken/image/initramfs"
+	"liken.sh/liken/image/oci"
+)
+
+// Versions of what goes into the image. kubelet is the version the
+// project's control plane is pinned to (hack/kube).
+const (
+	suite              = "bookworm"
+	kubeVersion        = "v1.37.2"
+	containerdVersion  = "v2.2.9"
+	runcVersion        = "v1.3.3"
+	cniPluginsVersion  = "v1.10.0"
+	pauseImage         = "liken.sh/pause:3.10"
+	workloadImage      = "liken.sh/workload:1.0"
+	squashfsCompressor = "zstd"
+)
+
+// debianPackages are installed with mmdebstrap's minbase variant.
+var debianPackages = []string{
+	"systemd-sysv", "udev", "dbus", "kmod", "iproute2", "iptables", "systemd-timesyncd",
+	"linux-image-cloud-amd64",
+}
+
+// initramfsModules are the kernel modules liken-boot loads: the disk, its
+// file systems, the loop device and squashfs for the root, overlay for
+// /etc, and the watchdog that ends a hung trial.
+var initramfsModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "loop", "squashfs", "overlay", "softdog"}
+
+// units are the systemd units enabled in the image.
+var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "liken-node.service", "systemd-networkd.service", "systemd-timesyncd.service"}
+
+//go:embed all:rootfs
+var rootfs embed.FS
+
+type builder struct {
+	repo, out, cache, version string
+	// likenVersion is liken-node's version (git describe).
+	likenVersion string
+	start        time.Time
+}
+
+func main() {
+	var b builder
+	flag.StringVar(&b.out, "out", "_output/image", "folder the image is written to")
+	flag.StringVar(&b.cache, "cache", "", "folder of the cached Debian root and node agent (default: <out>/cache)")
+	flag.StringVar(&b.version, "version", "", "the release version the image reports in /etc/liken/release, YYYY.MM.DD-NNN (required)")
+	flag.Parse()
+	if err := b.run(); err != nil {
+		fmt.Fprintf(os.Stderr, "make image: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func (b *builder) step(format string, args ...any) {
+	fmt.Printf("[%6.1fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (b *builder) run() error {
+	b.start = time.Now()
+	if b.version == "" {
+		return errors.New("--version is missing: the release version the image reports, such as 2026.12.01-001")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("building the image needs root: mmdebstrap installs Debian's packages and the root's files belong to root")
+	}
+	var err error
+	if b.repo, err = os.Getwd(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(b.repo, "hack", "kube", "go.mod")); err != nil {
+		return errors.New("run it from liken's repository (make image)")
+	}
+	if b.out, err = filepath.Abs(b.out); err != nil {
+		return err
+	}
+	if b.cache == "" {
+		b.cache = filepath.Join(b.out, "cache")
+	}
+	if err := os.MkdirAll(b.cache, 0o755); err != nil {
+		return err
+	}
+	agent, err := b.agent()
+	if err != nil {
+		return err
+	}
+	own, err := b.ownBinaries()
+	if err != nil {
+		return err
+	}
+	tarball, err := b.debianRoot()
+	if err != nil {
+		return err
+	}
+	work := filepath.Join(b.out, "work")
+	root := filepath.Join(work, "root")
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	b.step("Unpacking the Debian root")
+	if err := run("", "tar", "-C", root, "-xf", tarball); err != nil {
+		return err
+	}
+	kernel, modulesDir, err := takeKernel(root, work)
+	if err != nil {
+		return err
+	}
+	b.step("Kernel %s", filepath.Base(modulesDir))
+	if err := b.customize(root, agent, own); err != nil {
+		return err
+	}
+	packages, err := b.packageList(root)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{"rootfs.squashfs", "vmlinuz", "initrd.img", "packages.txt"} {
+		if err := os.Remove(filepath.Join(b.out, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	b.step("Writing the initramfs")
+	mods, err := initramfs.ResolveModules(modulesDir, initramfsModules)
+	if err != nil {
+		return err
+	}
+	a := initramfs.New()
+	init, err := os.ReadFile(own["liken-boot"])
+	if err != nil {
+		return err
+	}
+	a.File("init", 0o755, init)
+	if err := a.Modules(mods); err != nil {
+		return err
+	}
+	initrd, err := a.Gzip()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.out, "initrd.img"), initrd, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(kernel, filepath.Join(b.out, "vmlinuz")); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.out, "packages.txt"), packages, 0o644); err != nil {
+		return err
+	}
+	b.step("Compressing the root into rootfs.squashfs (%s)", squashfsCompressor)
+	squash := filepath.Join(b.out, "rootfs.squashfs")
+	if err := run("", "mksquashfs", root, squash+".tmp", "-noappend", "-comp", squashfsCompressor, "-quiet", "-no-progress"); err != nil {
+		return err
+	}
+	if err := os.Rename(squash+".tmp", squash); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	for _, f := range []string{"rootfs.squashfs", "vmlinuz", "initrd.img"} {
+		st, err := os.Stat(filepath.Join(b.out, f))
+		if err != nil {
+			return err
+		}
+		b.step("%s: %.1f MiB", filepath.Join(b.out, f), float64(st.Size())/(1<<20))
+	}
+	b.step("Image %s built. Publish it with:\n  liken release %s --channel DIR --version %s --artifact boot/vmlinuz=%s --artifact boot/initrd.img=%s --artifact packages.txt=%s",
+		b.version, squash, b.version, filepath.Join(b.out, "vmlinuz"), filepath.Join(b.out, "initrd.img"), filepath.Join(b.out, "packages.txt"))
+	return nil
+}
+
+// agent builds the node agent (kubelet, containerd, runc, CNI plugins)
+// into the cache, once per set of versions, and returns each binary's path
+// by name.
+func (b *builder) agent() (map[string]string, error) {
+	key := strings.Join([]string{kubeVersion, containerdVersion, runcVersion, cniPluginsVersion}, "-")
+	dir := filepath.Join(b.cache, "agent-"+key)
+	bins := map[string]string{}
+	for _, n := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback"} {
+		bins[n] = filepath.Join(dir, n)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".done")); err == nil {
+		b.step("Node agent %s: cached in %s", key, dir)
+		return bins, nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	env := []string{"GOBIN=" + dir, "GOFLAGS=-mod=mod"}
+	b.step("Building kubelet %s from the sources pinned in hack/kube (minutes, once)", kubeVersion)
+	minor := strings.Split(strings.TrimPrefix(kubeVersion, "v"), ".")[1]
+	ldflags := "-s -w -X k8s.io/component-base/version.gitVersion=" + kubeVersion +
+		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=" + minor +
+		" -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.gitCommit=liken-pinned"
+	if err := runEnv(filepath.Join(b.repo, "hack", "kube"), nil, "go", "build", "-ldflags", ldflags, "-o", bins["kubelet"], "k8s.io/kubernetes/cmd/kubelet"); err != nil {
+		return nil, err
+	}
+	b.step("Building containerd %s", containerdVersion)
+	var pkgs []string
+	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		pkgs = append(pkgs, "github.com/containerd/containerd/v2/cmd/"+c+"@"+containerdVersion)
+	}
+	if err := runEnv("", append(env, "CGO_ENABLED=0"), "go", append([]string{"install", "-tags", "no_btrfs", "-ldflags", "-s -w -X github.com/containerd/containerd/v2/version.Version=" + containerdVersion}, pkgs...)...); err != nil {
+		return nil, err
+	}
+	b.step("Building the CNI plugins %s", cniPluginsVersion)
+	pkgs = nil
+	for _, p := range []string{"main/bridge", "ipam/host-local", "main/loopback"} {
+		pkgs = append(pkgs, "github.com/containernetworking/plugins/plugins/"+p+"@"+cniPluginsVersion)
+	}
+	if err := runEnv("", append(env, "CGO_ENABLED=0"), "go", append([]string{"install", "-ldflags", "-s -w"}, pkgs...)...); err != nil {
+		return nil, err
+	}
+	b.step("Building runc %s (static, with seccomp)", runcVersion)
+	if err := b.runc(bins["runc"]); err != nil {
+		return nil, err
+	}
+	return bins, os.WriteFile(filepath.Join(dir, ".done"), []byte(key+"\n"), 0o644)
+}
+
+// runc builds runc from a copy of its module: its go.mod replaces a module
+// with a folder its module archive lacks, so go install refuses it.
+func (b *builder) runc(out string) error {
+	src, err := exec.Command("go", "mod", "download", "-json", "github.com/opencontainers/runc@"+runcVersion).Output()
+	if err != nil {
+		return fmt.Errorf("downloading runc %s: %w", runcVersion, err)
+	}
+	var dir string
+	for _, l := range strings.Split(string(src), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), `"Dir": "`); ok {
+			dir = strings.TrimSuffix(v, `",`)
+		}
+	}
+	if dir == "" {
+		return fmt.Errorf("go mod download gave no folder for runc %s", runcVersion)
+	}
+	work, err := os.MkdirTemp("", "liken-runc-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if err := run("", "cp", "-r", dir+"/.", work); err != nil {
+		return err
+	}
+	if err := run("", "chmod", "-R", "u+w", work); err != nil {
+		return err
+	}
+	if err := run(work, "go", "mod", "edit", "-dropreplace", "github.com/opencontainers/selinux"); err != nil {
+		return err
+	}
+	return runEnv(work, []string{"CGO_ENABLED=1"}, "go", "build", "-mod=mod", "-trimpath", "-tags", "seccomp netgo osusergo",
+		"-ldflags", "-s -w -X main.version="+strings.TrimPrefix(runcVersion, "v")+" -extldflags -static", "-o", out, ".")
+}
+
+// ownBinaries builds liken-node, liken-boot and the preloaded images'
+// programs, static, and returns their paths by name.
+func (b *builder) ownBinaries() (map[string]string, error) {
+	dir := filepath.Join(b.cache, "liken")
+	bins := map[string]string{}
+	b.step("Building liken-node, liken-boot, pause and workload")
+	version, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+	b.likenVersion = strings.TrimSpace(string(version))
+	for name, pkg := range map[string]string{
+		"liken-node": "./node/cmd/liken-node", "liken-boot": "./node/cmd/liken-boot",
+		"pause": "./image/containers/pause", "workload": "./image/containers/workload",
+	} {
+		bins[name] = filepath.Join(dir, name)
+		ldflags := "-s -w -X liken.sh/liken/version.Version=" + strings.TrimSpace(string(version))
+		if err := runEnv(b.repo, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", bins[name], pkg); err != nil {
+			return nil, err
+		}
+	}
+	return bins, nil
+}
+
+// debianRoot returns the Debian root tarball, building it with mmdebstrap
+// when the cache has none for this package list.
+func (b *builder) debianRoot() (string, error) {
+	sum := sha256.Sum256([]byte(suite + " " + strings.Join(debianPackages, ",")))
+	tarball := filepath.Join(b.cache, "debian-"+suite+"-"+hex.EncodeToString(sum[:6])+".tar")
+	if _, err := os.Stat(tarball); err == nil {
+		b.step("Debian root: cached in %s", tarball)
+		return tarball, nil
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		return "", errors.New("mmdebstrap is missing: apt-get install mmdebstrap (hack/install-deps.sh does)")
+	}
+	b.step("Installing Debian %s packages with mmdebstrap: %s (a minute or two, once)", suite, strings.Join(debianPackages, " "))
+	args := []string{"--mode=root", "--format=tar", "--variant=minbase", "--include=" + strings.Join(debianPackages, ","),
+		// Debian's initramfs is not used: liken's is built from liken-boot.
+		`--essential-hook=chroot "$1" dpkg-divert --quiet --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true "$1/usr/sbin/update-initramfs"`,
+	}
+	for _, p := range []string{"/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*"} {
+		args = append(args, "--dpkgopt=path-exclude="+p)
+	}
+	args = append(args, suite, tarball+".tmp")
+	if err := run("", "mmdebstrap", args...); err != nil {
+		return "", err
+	}
+	return tarball, os.Rename(tarball+".tmp", tarball)
+}
+
+// takeKernel moves the kernel out of the root's /boot and returns it with
+// the root's modules folder.
+func takeKernel(root, work string) (kernel, modulesDir string, err error) {
+	matches, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	if len(matches) != 1 {
+		return "", "", fmt.Errorf("the Debian root holds %d kernels, want 1", len(matches))
+	}
+	ver := strings.TrimPrefix(filepath.Base(matches[0]), "vmlinuz-")
+	kernel = filepath.Join(work, "vmlinuz")
+	if err := os.Rename(matches[0], kernel); err != nil {
+		return "", "", err
+	}
+	// /boot is where the boot partition is mounted.
+	entries, _ := os.ReadDir(filepath.Join(root, "boot"))
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(root, "boot", e.Name())); err != nil {
+			return "", "", err
+		}
+	}
+	for _, l := range []string{"vmlinuz", "vmlinuz.old", "initrd.img", "initrd.img.old"} {
+		_ = os.Remove(filepath.Join(root, l))
+	}
+	return kernel, filepath.Join(root, "usr", "lib", "modules", ver), nil
+}
+
+// customize puts liken's files, the node agent and the preloaded images
+// into the root, and enables the services.
+func (b *builder) customize(root string, agent, own map[string]string) error {
+	b.step("Adding liken-node, the node agent, the preloaded images and the services")
+	err := fs.WalkDir(rootfs, "rootfs", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(root, strings.TrimPrefix(p, "rootfs"))
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		data, err := rootfs.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(p, "rootfs/usr/lib/liken/") {
+			mode = 0o755
+		}
+		return os.WriteFile(dst, data, mode)
+	})
+	if err != nil {
+		return err
+	}
+	install := map[string]string{
+		"usr/bin/kubelet": agent["kubelet"], "usr/bin/containerd": agent["containerd"],
+		"usr/bin/containerd-shim-runc-v2": agent["containerd-shim-runc-v2"], "usr/bin/ctr": agent["ctr"],
+		"usr/bin/runc": agent["runc"], "opt/cni/bin/bridge": agent["bridge"],
+		"opt/cni/bin/host-local": agent["host-local"], "opt/cni/bin/loopback": agent["loopback"],
+		"usr/bin/liken-node": own["liken-node"],
+	}
+	for dst, src := range install {
+		if err := copyFile(src, filepath.Join(root, dst), 0o755); err != nil {
+			return err
+		}
+	}
+	images := filepath.Join(root, "usr", "share", "liken", "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		return err
+	}
+	for _, img := range []struct{ name, file, bin string }{
+		{pauseImage, "pause.tar", own["pause"]}, {workloadImage, "workload.tar", own["workload"]},
+	} {
+		bin, err := os.ReadFile(img.bin)
+		if err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(images, img.file))
+		if err != nil {
+			return err
+		}
+		entry := "/" + filepath.Base(img.bin)
+		werr := oci.Image{Name: img.name, Files: map[string][]byte{entry[1:]: bin}, Entrypoint: []string{entry}}.Write(f)
+		if err := errors.Join(werr, f.Close()); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"var/lib/kubelet", "var/lib/containerd", "var/lib/liken", "var/lib/liken-layer"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		"etc/liken/release": "VERSION=" + b.version + "\n",
+		"etc/hostname":      "liken\n",
+		// systemd gives each boot a machine ID in memory.
+		"etc/machine-id":  "",
+		"etc/resolv.conf": "",
+		"etc/fstab":       "# liken-boot mounts every file system before systemd starts.\n",
+	}
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			return err
+		}
+		_ = os.Remove(filepath.Join(root, p))
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := run("", "systemctl", append([]string{"--root=" + root, "enable", "--quiet"}, units...)...); err != nil {
+		return err
+	}
+	// The console shows a login prompt on the serial port, where the VM lab reads it.
+	return run("", "systemctl", "--root="+root, "enable", "--quiet", "serial-getty@ttyS0.service")
+}
+
+// packageList lists the Debian packages of the root and the components
+// built from source, with their versions.
+func (b *builder) packageList(root string) ([]byte, error) {
+	out, err := exec.Command("dpkg-query", "--admindir="+filepath.Join(root, "var/lib/dpkg"), "-W", "-f", "${Package} ${Version}\n").Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing the root's packages: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, l := range []string{
+		"kubelet " + kubeVersion, "containerd " + containerdVersion, "runc " + runcVersion, "cni-plugins " + cniPluginsVersion,
+		"liken-node " + b.likenVersion,
+	} {
+		lines = append(lines, "built:"+l)
+	}
+	sort.Strings(lines)
+	return []byte(strings.Join(lines, "\n") + "\n"), nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, mode)
+}
+
+func run(dir, name string, args ...string) error { return runEnv(dir, nil, name, args...) }
+
+func runEnv(dir string, env []string, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return nil
+}

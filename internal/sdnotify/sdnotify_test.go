@@ -1,0 +1,78 @@
+package sdnotify
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+)
+
+// listen stands in for the service manager's notification socket.
+func listen(t *testing.T) *net.UnixConn {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	assert.NilError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	t.Setenv("NOTIFY_SOCKET", path)
+	return conn
+}
+
+func read(t *testing.T, conn *net.UnixConn) string {
+	t.Helper()
+	assert.NilError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	b := make([]byte, 256)
+	n, err := conn.Read(b)
+	assert.NilError(t, err)
+	return string(b[:n])
+}
+
+func TestNotifyReachesTheServiceManager(t *testing.T) {
+	conn := listen(t)
+	assert.NilError(t, Notify("READY=1"))
+	assert.Equal(t, read(t, conn), "READY=1")
+}
+
+func TestNotifyWithoutServiceManager(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	assert.NilError(t, Notify("READY=1"))
+}
+
+func TestWatchdogInterval(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "60000000")
+	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
+	assert.Equal(t, WatchdogInterval(), 30*time.Second)
+	// Meant for another process (a parent that did not unset it).
+	t.Setenv("WATCHDOG_PID", "1")
+	assert.Equal(t, WatchdogInterval(), time.Duration(0))
+	t.Setenv("WATCHDOG_USEC", "")
+	assert.Equal(t, WatchdogInterval(), time.Duration(0))
+}
+
+// TestKeepaliveStopsWhenNotAlive: a process whose check fails stops
+// answering, so the service manager restarts it.
+func TestKeepaliveStopsWhenNotAlive(t *testing.T) {
+	conn := listen(t)
+	var alive atomic.Bool
+	alive.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Keepalive(ctx, 10*time.Millisecond, alive.Load)
+	assert.Equal(t, read(t, conn), "WATCHDOG=1")
+	alive.Store(false)
+	// Drain what was sent before the check failed, then expect silence.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		assert.NilError(t, conn.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+		if _, err := conn.Read(make([]byte, 64)); err != nil {
+			return poll.Success()
+		}
+		return poll.Continue("still receiving keepalives")
+	}, poll.WithTimeout(5*time.Second))
+}

@@ -1,0 +1,324 @@
+// Command liken-boot is the init of liken's initramfs: it mounts the slot the kernel command line names as the read-only root and hands over to the image's service manager.
+//
+// Steps, each printed on the console as a line starting with "liken-boot:":
+//
+//  1. load the kernel modules listed in /modules.order (the disk, its file
+//     systems, squashfs, loop, overlay and the watchdog);
+//  2. on a trial boot (liken.trial=1), arm the watchdog: from here on a
+//     hang anywhere (kernel, service manager, liken-node) resets the
+//     machine, and GRUB boots the proven slot;
+//  3. find the partitions by their labels (liken-boot, liken-layer,
+//     liken-slots) and mount the slot store;
+//  4. mount slots/<slot>/rootfs.squashfs through a read-only loop device
+//     as the new root; /etc is an overlay whose changes live in memory for
+//     one boot, /var a memory file system; the slot store is mounted at
+//     /var/lib/liken, with kubelet's and containerd's state in it, the
+//     boot partition at /boot, the layer partition read-only at
+//     /var/lib/liken-layer;
+//  5. switch to the new root and run /sbin/init.
+//
+// Any failure ends the init, so the kernel panics and, with panic=N on the
+// command line, reboots: a trial slot that cannot boot falls back to the
+// proven slot with no help.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"liken.sh/liken/node/boot"
+)
+
+// Partition labels, as liken install writes them.
+const (
+	bootLabel  = "liken-boot"
+	layerLabel = "liken-layer"
+	slotsLabel = "liken-slots"
+)
+
+// newRoot is where the slot's root is assembled before the switch.
+const newRoot = "/root"
+
+// trialWatchdog is how long a trial boot may go without liken-node feeding
+// the watchdog: long enough for the slowest boot measured under software
+// emulation to reach liken-node, which then feeds it.
+const trialWatchdog = 180 * time.Second
+
+// persistent are folders of the new root kept on the slot store, so they
+// survive a reboot: the node agent's state and identity.
+var persistent = map[string]string{
+	"/var/lib/kubelet":    "machine/kubelet",
+	"/var/lib/containerd": "machine/containerd",
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("liken-boot: "+format+"\n", args...)
+}
+
+func main() {
+	if err := run(); err != nil {
+		say("cannot boot: %v", err)
+		say("the kernel panics now; with panic=N it reboots and GRUB boots the proven slot")
+		syscall.Sync()
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	start := time.Now()
+	for _, m := range []struct{ src, dst, fstype string }{
+		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
+	} {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, m.dst, m.fstype, 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	slot, trial, err := boot.ParseCmdline(string(cmdline))
+	if err != nil {
+		return err
+	}
+	say("booting slot %s (trial %t)", slot, trial)
+	if err := loadModules("/modules.order"); err != nil {
+		return fmt.Errorf("loading kernel modules: %w", err)
+	}
+	if trial {
+		if err := armWatchdog(trialWatchdog); err != nil {
+			return fmt.Errorf("arming the watchdog for the trial: %w", err)
+		}
+		say("watchdog armed: liken-node must feed it within %s", trialWatchdog)
+	}
+	parts, err := findPartitions(30*time.Second, bootLabel, layerLabel, slotsLabel)
+	if err != nil {
+		return err
+	}
+	if err := assemble(slot, parts); err != nil {
+		return err
+	}
+	say("root of slot %s mounted in %s; starting /sbin/init", slot, time.Since(start).Round(time.Millisecond))
+	return switchRoot()
+}
+
+// loadModules loads the modules listed in order (names relative to
+// /lib/modules), dependencies first.
+func loadModules(list string) error {
+	f, err := os.Open(list)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		if name == "" {
+			continue
+		}
+		m, err := os.Open(filepath.Join("/lib/modules", name))
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(m.Fd()), "", 0)
+		m.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return sc.Err()
+}
+
+// armWatchdog opens the watchdog, sets its timeout and closes it without
+// the magic character: it stays armed until liken-node feeds it.
+func armWatchdog(timeout time.Duration) error {
+	f, err := os.OpenFile("/dev/watchdog", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.WDIOC_SETTIMEOUT, int(timeout/time.Second)); err != nil {
+		return fmt.Errorf("setting its timeout: %w", err)
+	}
+	_, err = unix.IoctlGetInt(int(f.Fd()), unix.WDIOC_KEEPALIVE)
+	return err
+}
+
+// findPartitions waits until a block device carries each label and returns
+// the device of each.
+func findPartitions(wait time.Duration, labels ...string) (map[string]string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		found := map[string]string{}
+		entries, _ := os.ReadDir("/sys/class/block")
+		for _, e := range entries {
+			dev := "/dev/" + e.Name()
+			if l, err := extLabel(dev); err == nil && l != "" {
+				if _, dup := found[l]; !dup {
+					found[l] = dev
+				}
+			}
+		}
+		var missing []string
+		for _, l := range labels {
+			if found[l] == "" {
+				missing = append(missing, l)
+			}
+		}
+		if len(missing) == 0 {
+			for _, l := range labels {
+				say("partition %s is %s", l, found[l])
+			}
+			return found, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no partition labelled %s after %s (is this a disk written by liken install?)", strings.Join(missing, ", "), wait)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// extLabel reads the volume label of an ext2/3/4 file system.
+func extLabel(dev string) (string, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sb := make([]byte, 1024)
+	if _, err := f.ReadAt(sb, 1024); err != nil {
+		return "", err
+	}
+	if sb[0x38] != 0x53 || sb[0x39] != 0xef {
+		return "", errors.New("not an ext file system")
+	}
+	return strings.TrimRight(string(sb[0x78:0x88]), "\x00"), nil
+}
+
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+		return fmt.Errorf("mounting %s on %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// assemble mounts the slot's root and everything under it at newRoot.
+func assemble(slot boot.Slot, parts map[string]string) error {
+	store := "/store"
+	if err := mount(parts[slotsLabel], store, "ext4", 0, ""); err != nil {
+		return err
+	}
+	image := filepath.Join(store, "slots", string(slot), "rootfs.squashfs")
+	loop, release, err := attachLoop(image)
+	if err != nil {
+		return fmt.Errorf("slot %s: %w", slot, err)
+	}
+	err = mount(loop, newRoot, "squashfs", unix.MS_RDONLY, "")
+	release()
+	if err != nil {
+		return fmt.Errorf("slot %s's root: %w", slot, err)
+	}
+	// /etc: the image's, with this boot's changes in memory.
+	if err := mount("tmpfs", "/overlay", "tmpfs", 0, "mode=0755"); err != nil {
+		return err
+	}
+	for _, d := range []string{"/overlay/etc", "/overlay/work"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mount("overlay", newRoot+"/etc", "overlay", 0, "lowerdir="+newRoot+"/etc,upperdir=/overlay/etc,workdir=/overlay/work"); err != nil {
+		return err
+	}
+	if err := mount("tmpfs", newRoot+"/var", "tmpfs", 0, "mode=0755"); err != nil {
+		return err
+	}
+	if err := mount(store, newRoot+"/var/lib/liken", "", unix.MS_MOVE, ""); err != nil {
+		return err
+	}
+	for dst, src := range persistent {
+		src = filepath.Join(newRoot, "var/lib/liken", src)
+		if err := os.MkdirAll(src, 0o700); err != nil {
+			return err
+		}
+		if err := mount(src, newRoot+dst, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	if err := mount(parts[bootLabel], newRoot+"/boot", "ext4", 0, ""); err != nil {
+		return err
+	}
+	return mount(parts[layerLabel], newRoot+"/var/lib/liken-layer", "ext4", unix.MS_RDONLY, "")
+}
+
+// attachLoop attaches a file to a free loop device, read-only, and returns
+// the device. The device detaches itself when its last user is gone: call
+// release once it is mounted.
+func attachLoop(file string) (dev string, release func(), err error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	defer ctl.Close()
+	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		return "", nil, fmt.Errorf("finding a free loop device: %w", err)
+	}
+	dev = fmt.Sprintf("/dev/loop%d", n)
+	l, err := os.OpenFile(dev, os.O_RDONLY, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
+	cfg.Info.Flags = unix.LO_FLAGS_READ_ONLY | unix.LO_FLAGS_AUTOCLEAR
+	if err := unix.IoctlLoopConfigure(int(l.Fd()), cfg); err != nil {
+		l.Close()
+		return "", nil, fmt.Errorf("attaching %s to %s: %w", file, dev, err)
+	}
+	return dev, func() { l.Close() }, nil
+}
+
+// switchRoot moves the kernel's file systems into the new root, makes it
+// the root, and runs its init.
+func switchRoot() error {
+	for _, d := range []string{"/dev", "/proc", "/sys"} {
+		if err := mount(d, newRoot+d, "", unix.MS_MOVE, ""); err != nil {
+			return err
+		}
+	}
+	if err := os.Chdir(newRoot); err != nil {
+		return err
+	}
+	if err := unix.Mount(newRoot, "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the new root to /: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return err
+	}
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	return unix.Exec("/sbin/init", []string{"/sbin/init"}, os.Environ())
+}
