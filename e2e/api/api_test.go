@@ -488,15 +488,22 @@ func TestMachineIdentity(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, n.Spec.Unschedulable)
 
-	// Events: about its own Machine or Node, as liken-node, nothing else.
+	// Events: about its own Machine as liken-node; about its own Node and
+	// about pods as liken-node or as its kubelet (which reports pulls,
+	// starts and its Node's conditions); nothing else.
 	for _, tc := range []struct {
 		kind, name, reporter, want string
 	}{
 		{kind: "Machine", name: "node-1"},
 		{kind: "Node", name: "node-1"},
-		{kind: "Machine", name: "node-2", want: "machine node-1 may record events only about its own Machine or Node node-1"},
-		{kind: "Cluster", name: "node-1", want: "machine node-1 may record events only about its own Machine or Node node-1"},
-		{kind: "Machine", name: "node-1", reporter: "cluster-operator", want: "machine node-1 may report events only as liken-node, not as cluster-operator"},
+		{kind: "Node", name: "node-1", reporter: "kubelet"},
+		{kind: "Pod", name: "web-1", reporter: "kubelet"},
+		{kind: "Machine", name: "node-2", want: "machine node-1 may record events only about its own Machine or Node node-1 and about pods"},
+		{kind: "Node", name: "node-2", reporter: "kubelet", want: "machine node-1 may record events only about its own Machine or Node node-1 and about pods"},
+		{kind: "Cluster", name: "node-1", want: "machine node-1 may record events only about its own Machine or Node node-1 and about pods"},
+		{kind: "Machine", name: "node-1", reporter: "cluster-operator", want: "machine node-1 may report events only as liken-node, or as kubelet about its Node and pods, not as cluster-operator"},
+		{kind: "Machine", name: "node-1", reporter: "kubelet", want: "not as kubelet"},
+		{kind: "Pod", name: "web-1", reporter: "cluster-operator", want: "not as cluster-operator"},
 	} {
 		ev := event(tc.kind, tc.name)
 		if tc.reporter != "" {

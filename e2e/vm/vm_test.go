@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,7 +81,9 @@ func newLab(t *testing.T) *lab {
 		JoinToken: id + "." + secret,
 	})
 	ctx := context.Background()
-	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
+	// Every manifest but cluster-operator's Deployment: the operator runs
+	// on the host, as the lab's does.
+	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
 		out, err := l.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(repo, "manifests", f))
 		assert.NilError(t, err, out)
 	}
@@ -270,4 +274,135 @@ func TestMachineJoinsAndRunsPods(t *testing.T) {
 		return poll.Continue("pod workload is %s: %v", p.Status.Phase, p.Status.ContainerStatuses)
 	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(time.Second))
 	t.Logf("vm-1: pod running %s after it was created", time.Since(start).Round(time.Second))
+}
+
+// variant publishes the OS image as release version, with change applied
+// to its root first (nil: none). The variant is compressed fast: only its
+// version differs from the image make image built, or the fault change
+// does.
+func (l *lab) variant(version string, change func(root string)) *clirelease.Result {
+	l.t.Helper()
+	work := filepath.Join(l.dir, "variant-"+version)
+	root := filepath.Join(work, "root")
+	assert.NilError(l.t, os.MkdirAll(work, 0o755))
+	run(l.t, "unsquashfs", "-no-progress", "-d", root, filepath.Join(l.image, "rootfs.squashfs"))
+	assert.NilError(l.t, os.WriteFile(filepath.Join(root, "etc", "liken", "release"), []byte("VERSION="+version+"\n"), 0o644))
+	if change != nil {
+		change(root)
+	}
+	image := filepath.Join(work, "rootfs.squashfs")
+	run(l.t, "mksquashfs", root, image, "-noappend", "-comp", "zstd", "-Xcompression-level", "3", "-quiet", "-no-progress")
+	assert.NilError(l.t, os.RemoveAll(root))
+	rel, err := clirelease.Build(clirelease.BuildOptions{
+		Image: image, Channel: l.channel, Version: version,
+		Artifacts: []string{
+			"boot/vmlinuz=" + filepath.Join(l.image, "vmlinuz"),
+			"boot/initrd.img=" + filepath.Join(l.image, "initrd.img"),
+			"packages.txt=" + filepath.Join(l.image, "packages.txt"),
+		},
+	}, clocktesting.NewFakePassiveClock(time.Now()))
+	assert.NilError(l.t, err)
+	return rel
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// moveTo catalogues rel in the Cluster and sets its version to it.
+func (l *lab) moveTo(rel *clirelease.Result) {
+	ctx := context.Background()
+	c, err := l.liken.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
+	assert.NilError(l.t, err)
+	c.Spec.Releases.Catalog = append(c.Spec.Releases.Catalog, likenv1.CatalogEntry{Version: rel.Version, Digest: rel.Digest})
+	c.Spec.Version = rel.Version
+	_, err = l.liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.NilError(l.t, err)
+}
+
+// startOperator runs cluster-operator on the host, as the machines'
+// control plane does for now.
+func (l *lab) startOperator() {
+	dir := os.Getenv("LIKEN_BIN")
+	if dir == "" {
+		repo, err := boote2e.RepoRoot()
+		assert.NilError(l.t, err)
+		dir = filepath.Join(repo, "_output", "bin")
+	}
+	bin := filepath.Join(dir, "cluster-operator")
+	if _, err := os.Stat(bin); err != nil {
+		l.t.Fatalf("cluster-operator not found at %s: run make build or set LIKEN_BIN (%v)", bin, err)
+	}
+	logPath := filepath.Join(l.dir, "operator.log")
+	logFile, err := os.Create(logPath)
+	assert.NilError(l.t, err)
+	cmd := exec.Command(bin, "--kubeconfig", l.cp.OperatorKubeconfig, "--identity", "op-1",
+		"--metrics-bind-address", "0", "--startup-grace", "2s", "-v", "2")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	assert.NilError(l.t, cmd.Start())
+	logFile.Close()
+	l.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if l.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			l.t.Logf("===== cluster-operator =====\n%s", tail(string(b), 15000))
+		}
+	})
+}
+
+// waitRelease waits until every machine reports running version from
+// slot and its Node is Ready.
+func (l *lab) waitRelease(ms []*vm, version, slot string, timeout time.Duration) {
+	l.t.Helper()
+	poll.WaitOn(l.t, func(poll.LogT) poll.Result {
+		for _, m := range ms {
+			if exited, err := m.qemu.Exited(); exited {
+				return poll.Error(fmt.Errorf("%s stopped: %v", m.name, err))
+			}
+			st := m.machine().Status
+			if st.Version != version || st.Slot != slot || st.Phase != likenv1.MachineReady {
+				return poll.Continue("%s: %s on %q from slot %q (want %s from %s), staged %q", m.name, st.Phase, st.Version, st.Slot, version, slot, st.Staged)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(timeout), poll.WithDelay(2*time.Second))
+}
+
+// TestUpgradeThroughRealReboots: a fleet of virtual machines moves from A
+// to B and back to A through real GRUB and real reboots, one machine at a
+// time; then a release whose init panics falls back to the proven slot on
+// every machine it reached, with no help, and the machines keep running
+// the release they had.
+func TestUpgradeThroughRealReboots(t *testing.T) {
+	l := newLab(t)
+	r1 := l.publish("2026.12.01-001")
+	names := []string{"vm-1"}
+	layerFile := l.fleet(r1, names...)
+	var ms []*vm
+	for _, n := range names {
+		m := l.install(n, layerFile, r1)
+		m.powerOn()
+		ms = append(ms, m)
+	}
+	for _, m := range ms {
+		t.Logf("%s: Node Ready %s after power on", m.name, m.waitNodeReady(8*time.Minute).Round(time.Second))
+	}
+	l.waitRelease(ms, r1.Version, "A", 3*time.Minute)
+	l.startOperator()
+
+	for _, step := range []struct{ version, slot string }{{"2026.12.01-002", "B"}, {"2026.12.01-003", "A"}} {
+		rel := l.variant(step.version, nil)
+		start := time.Now()
+		l.moveTo(rel)
+		l.waitRelease(ms, rel.Version, step.slot, 20*time.Minute)
+		t.Logf("fleet of %d on %s from slot %s in %s", len(ms), rel.Version, step.slot, time.Since(start).Round(time.Second))
+		for _, m := range ms {
+			_, ok := m.qemu.Find(fmt.Sprintf("liken-boot: booting slot %s (trial true)", step.slot))
+			assert.Assert(t, ok, "%s did not boot a trial of slot %s", m.name, step.slot)
+		}
+	}
 }
