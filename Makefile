@@ -54,12 +54,16 @@ verify: ## Formatting, vet and generated code.
 	hack/verify.sh
 
 .PHONY: test
-test: verify build ## Every test: unit, fuzz smoke, e2e on the real control plane, the lab, QEMU boot.
+test: verify build image ## Every test: unit, fuzz smoke, e2e on the real control plane, the lab, QEMU boot, the OS image in VMs.
 	LIKEN_BIN=$(BIN) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/e2e/')
 	@# End-to-end packages run one at a time: each starts real control planes,
 	@# labs or QEMU, and two at once on 2 cores would distort their timings.
 	LIKEN_BIN=$(BIN) $(GO) test -count=1 -p 1 -timeout 40m ./e2e/...
 	hack/fuzz-smoke.sh
+
+.PHONY: test-vm
+test-vm: build image ## The virtual machine scenarios make test leaves out: a hung trial, power losses, a kubelet that never starts.
+	LIKEN_BIN=$(BIN) $(GO) test -count=1 -p 1 -timeout 90m -tags vmfaults -run 'TestHung|TestKubelet|TestPowerLoss' -v ./e2e/vm/
 
 .PHONY: bench
 bench: build ## Benchmarks; figures go to docs/benchmarks.md.

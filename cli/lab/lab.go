@@ -274,6 +274,10 @@ func powerOff(ctx context.Context, st *State, m *MachineInfo) error {
 		controlplane.StopPID(p.PID, 5*time.Second)
 	}
 	p.PID = 0
+	if st.VM {
+		// The real kubelet stops renewing the Node's Lease by itself.
+		return nil
+	}
 	cp, err := adminClient(st)
 	if err != nil {
 		return err

@@ -40,6 +40,11 @@ type State struct {
 	Processes []controlplane.Process `json:"processes"`
 	// Machines are the simulated machines.
 	Machines []MachineInfo `json:"machines"`
+	// VM is set in a lab whose machines are virtual machines running
+	// liken's OS image (liken lab up --vm).
+	VM bool `json:"vm,omitempty"`
+	// ImageDir is the OS image the VM lab publishes (make image's output).
+	ImageDir string `json:"imageDir,omitempty"`
 }
 
 // MachineInfo describes one simulated machine.
@@ -49,7 +54,8 @@ type MachineInfo struct {
 	// Role is Leader or Worker.
 	Role string `json:"role"`
 	// Kubeconfig is the machine's own identity (system:node:<name>),
-	// written by its liken-node when it joins.
+	// written by its liken-node when it joins. Empty for a virtual
+	// machine: its identity stays on its disk.
 	Kubeconfig string `json:"kubeconfig"`
 	// Dir holds the machine's disk, layer and logs.
 	Dir string `json:"dir"`

@@ -34,6 +34,7 @@ type upOptions struct {
 	policy    string
 	operators int
 	timeout   time.Duration
+	vm        bool
 }
 
 func newUpCommand() *cobra.Command {
@@ -49,12 +50,22 @@ reads Ready on the first release, and prints the line that points kubectl
 at the lab.
 
 The control plane binaries are built first if they are missing (make build,
-about 20 minutes the first time on 2 cores).`,
+about 20 minutes the first time on 2 cores).
+
+With --vm, each machine is a QEMU virtual machine (software emulation)
+booting liken's OS image from a disk written by liken install: systemd,
+kubelet, containerd and liken-node, joining the control plane on this
+computer. The image is built with make image (as root) if it is missing;
+QEMU is fetched from Debian's packages into ~/.cache/liken/qemu. Each
+machine's console is its machine.log.`,
 		Example: `  # The default lab: 5 machines, 3 leaders, Manual reboots, 2 operators
   liken lab up
 
   # A second lab of 10 Auto machines next to the first
-  liken lab up --name big --machines 10 --reboot-policy Auto`,
+  liken lab up --name big --machines 10 --reboot-policy Auto
+
+  # Three virtual machines running liken's OS image
+  liken lab up --name vm --vm --machines 3 --leaders 1 --reboot-policy Auto`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return up(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -66,7 +77,8 @@ about 20 minutes the first time on 2 cores).`,
 	fl.IntVar(&o.leaders, "leaders", 3, "How many of the machines are leaders.")
 	fl.StringVar(&o.policy, "reboot-policy", "Manual", "Reboot policy of every machine: Auto or Manual.")
 	fl.IntVar(&o.operators, "operators", 2, "Number of cluster-operator copies (one leads).")
-	fl.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for the Cluster to read Ready.")
+	fl.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for the Cluster to read Ready (with --vm, at least 20 minutes).")
+	fl.BoolVar(&o.vm, "vm", false, "Run each machine as a QEMU virtual machine booting liken's OS image (make image) from a disk written by liken install.")
 	return cmd
 }
 
@@ -177,6 +189,9 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if o.vm && o.timeout < 20*time.Minute {
+		o.timeout = 20 * time.Minute
+	}
 	graceArgs, err := startupGraceArgs()
 	if err != nil {
 		return err
@@ -207,13 +222,35 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	}
 
 	names := machineNames(o.machines)
-	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Dir: filepath.Join(dir, "controlplane"), Binary: bins.kube, Detach: true,
-	})
+	var imageDir string
+	if o.vm {
+		if imageDir, err = osImageDir(log); err != nil {
+			return err
+		}
+		if _, err := vmTools(log); err != nil {
+			return err
+		}
+	}
+	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: o.name})
 	if err != nil {
 		return err
 	}
-	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, BootstrapKubeconfig: cp.BootstrapKubeconfig(), ChannelDir: filepath.Join(dir, "channel")}
+	cpOpts := controlplane.Options{Dir: filepath.Join(dir, "controlplane"), Binary: bins.kube, Detach: true}
+	if o.vm {
+		// Virtual machines join with their layer: the control plane
+		// serves with the identity's CA and takes its join token.
+		tid, secret, err := layer.BootstrapToken(id.Files[layer.TokenFile])
+		if err != nil {
+			return err
+		}
+		cpOpts.CA = &controlplane.CA{Cert: id.Files["server-ca.crt"], Key: id.Files["server-ca.key"]}
+		cpOpts.JoinToken = tid + "." + secret
+	}
+	cp, err := controlplane.Start(ctx, cpOpts)
+	if err != nil {
+		return err
+	}
+	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, BootstrapKubeconfig: cp.BootstrapKubeconfig(), ChannelDir: filepath.Join(dir, "channel"), VM: o.vm, ImageDir: imageDir}
 	st.Processes = append(st.Processes, derefAll(cp.Processes)...)
 	defer func() {
 		if err != nil {
@@ -228,7 +265,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	}
 	step("control plane up at %s", cp.Server)
 
-	if err := installManifests(ctx, cp, dir); err != nil {
+	if err := installManifests(ctx, cp, dir, o.vm); err != nil {
 		return err
 	}
 	step("liken manifests installed")
@@ -257,16 +294,17 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 
 	// The fleet's documents, packed into each machine's deployment layer and
 	// applied to the cluster.
-	docs := fleetDocuments(o, cp.Server, st.Channel, version, digest)
+	endpoint, source := cp.Server, st.Channel
+	if o.vm {
+		endpoint = "https://" + hostFromVM + ":" + portOf(cp.Server)
+		source = fmt.Sprintf("http://%s:%d", hostFromVM, port)
+	}
+	docs := fleetDocuments(o, endpoint, source, version, digest)
 	docsFile := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(docsFile, []byte(docs), 0o644); err != nil {
 		return err
 	}
 	idDir := filepath.Join(dir, "identity")
-	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: o.name})
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(idDir, 0o700); err != nil {
 		return err
 	}
@@ -287,6 +325,14 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	step("Cluster %s and %d Machines created; deployment layer packed", o.name, o.machines)
 
 	for i, n := range names {
+		if o.vm {
+			m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Dir: filepath.Join(dir, "machines", n)}
+			if err := installVM(ctx, m, st.ChannelDir, version, layerFile, log); err != nil {
+				return fmt.Errorf("installing machine %s: %w", n, err)
+			}
+			st.Machines = append(st.Machines, m)
+			continue
+		}
 		role := "worker"
 		if i < o.leaders {
 			role = "control-plane"
@@ -303,7 +349,11 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		}
 		st.Machines = append(st.Machines, m)
 	}
-	step("%d machines installed on slot A", o.machines)
+	if o.vm {
+		step("%d disks written by liken install, slot A holding %s", o.machines, version)
+	} else {
+		step("%d machines installed on slot A", o.machines)
+	}
 
 	for i := 1; i <= o.operators; i++ {
 		n := fmt.Sprintf("cluster-operator-%d", i)
@@ -346,6 +396,11 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	return nil
 }
 
+// portOf returns the port of a URL such as https://127.0.0.1:6443.
+func portOf(url string) string {
+	return url[strings.LastIndex(url, ":")+1:]
+}
+
 // shellQuote quotes s for a POSIX shell, so that eval "$(liken lab up)"
 // sets the path whatever it holds (spaces, $, quotes).
 func shellQuote(s string) string {
@@ -368,8 +423,9 @@ func derefAll(ps []*controlplane.Process) []controlplane.Process {
 }
 
 // installManifests applies liken's manifests (embedded in liken) and waits
-// for the CRDs.
-func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir string) error {
+// for the CRDs. Without cluster-operator's Deployment: the lab runs its
+// copies on this computer (a VM lab's kubelets would try to run it).
+func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir string, vm bool) error {
 	mdir := filepath.Join(dir, "manifests")
 	if err := os.MkdirAll(mdir, 0o755); err != nil {
 		return err
@@ -380,6 +436,9 @@ func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir st
 	}
 	sort.Strings(files)
 	for _, f := range files {
+		if vm && f == "30-operator.yaml" {
+			continue
+		}
 		b, err := manifests.FS.ReadFile(f)
 		if err != nil {
 			return err
@@ -398,6 +457,12 @@ func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir st
 // fleetDocuments is the lab's Cluster and Machines. Timeouts are short so
 // that the lab's failures show within a minute or two.
 func fleetDocuments(o upOptions, endpoint, channel, version, digest string) string {
+	// A virtual machine under emulation takes a minute or more to boot,
+	// more when several share this computer's cores.
+	trial, stall := "45s", "5m"
+	if o.vm {
+		trial, stall = "10m", "30m"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: liken.sh/v1alpha1
 kind: Cluster
@@ -419,9 +484,9 @@ spec:
   disruption:
     maxUnavailable: 1
     drainTimeout: 1m
-    trialTimeout: 45s
-    stallTimeout: 5m
-`, o.name, version, channel, version, digest, endpoint)
+    trialTimeout: %s
+    stallTimeout: %s
+`, o.name, version, channel, version, digest, endpoint, trial, stall)
 	for i, n := range machineNames(o.machines) {
 		fmt.Fprintf(&b, `---
 apiVersion: liken.sh/v1alpha1
@@ -432,10 +497,11 @@ spec:
   cluster: %s
   role: %s
   rebootPolicy: %s
-  ports:
-  - name: eth0
-    dhcp: true
 `, n, o.name, roleOf(i, o.leaders), o.policy)
+		if !o.vm {
+			// The virtual machines' ports get DHCP from the image.
+			b.WriteString("  ports:\n  - name: eth0\n    dhcp: true\n")
+		}
 	}
 	return b.String()
 }
@@ -488,6 +554,9 @@ func startMachine(st *State, m *MachineInfo) (*controlplane.Process, error) {
 }
 
 func startMachineWith(st *State, m *MachineInfo, bins binaries) (*controlplane.Process, error) {
+	if st.VM {
+		return startVM(st, m)
+	}
 	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "machine",
 		"--name", m.Name, "--dir", m.Dir, "--lab-dir", st.Dir,
 		"--admin-kubeconfig", st.Kubeconfig, "--node-kubeconfig", m.Kubeconfig, "--bootstrap-kubeconfig", st.BootstrapKubeconfig,

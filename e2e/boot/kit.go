@@ -19,19 +19,9 @@ import (
 	"syscall"
 
 	"liken.sh/liken/image/initramfs"
+	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/node/boot/diskimage"
 )
-
-// Packages are the Debian packages the kit unpacks. The kernel image is
-// resolved from kernelMeta at fetch time.
-var Packages = []string{
-	"qemu-system-x86", "qemu-system-common", "qemu-system-data", "seabios",
-	"grub-pc-bin", "grub-common",
-	// QEMU's shared libraries that a machine without QEMU lacks.
-	"libaio1", "libcapstone4", "libdaxctl1", "libfdt1", "libfuse3-3", "libibverbs1",
-	"libndctl6", "libnl-3-200", "libnl-route-3-200", "libpmem1", "librdmacm1",
-	"libslirp0", "liburing2", "libvdeplug2",
-}
 
 // kernelMeta is the package whose dependency names the current kernel:
 // Debian's kernel for virtual machines. Its image is LZ4-compressed, where
@@ -44,12 +34,11 @@ const kernelMeta = "linux-image-cloud-amd64"
 // disk, its file system, the watchdog.
 var SlotModules = []string{"virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "softdog"}
 
-// Kit is an unpacked set of tools and a kernel.
+// Kit is an unpacked set of tools (QEMU, GRUB) and a kernel.
 type Kit struct {
+	*qemu.Tools
 	// Dir is the cache folder (_output/boot).
 	Dir string
-	// Root is where the packages are unpacked.
-	Root string
 	// Kernel is the kernel image; ModulesDir its modules.
 	Kernel, ModulesDir string
 	// CoreImg is GRUB's core image built for liken's disks; BootImg the MBR code.
@@ -88,7 +77,6 @@ func Prepare(logf func(string, ...any)) (*Kit, error) {
 		return nil, err
 	}
 	k := &Kit{Dir: filepath.Join(repo, "_output", "boot")}
-	k.Root = filepath.Join(k.Dir, "root")
 	if err := os.MkdirAll(k.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -130,82 +118,25 @@ func Prepare(logf func(string, ...any)) (*Kit, error) {
 	return k, nil
 }
 
-// fetch downloads and unpacks the packages unless the cache already holds
-// exactly this set.
+// fetch downloads and unpacks QEMU, GRUB and the kernel unless the cache
+// already holds exactly this set.
 func (k *Kit) fetch(logf func(string, ...any)) error {
-	debs := filepath.Join(k.Dir, "debs")
-	if err := os.MkdirAll(debs, 0o755); err != nil {
-		return err
-	}
-	stamp := filepath.Join(k.Root, ".liken-packages")
-	have, _ := os.ReadFile(stamp)
 	kernelPkg, err := resolveKernelPackage()
-	if err != nil && len(have) > 0 {
-		logf("using the packages already unpacked in %s (%v)", k.Root, err)
-		return nil
-	}
-	if err != nil && aptUpdate(logf) {
+	if err != nil && qemu.AptUpdate(logf) {
 		kernelPkg, err = resolveKernelPackage()
 	}
+	root := filepath.Join(k.Dir, "root")
 	if err != nil {
-		return err
-	}
-	want := append(append([]string(nil), Packages...), kernelPkg)
-	if string(have) == strings.Join(want, "\n")+"\n" {
-		return nil
-	}
-	logf("fetching Debian packages into %s: %s", debs, strings.Join(want, " "))
-	// apt-get download writes into the working folder; remove older
-	// versions of the same packages first so each name maps to one file.
-	old, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
-	for _, f := range old {
-		os.Remove(f)
-	}
-	download := func() ([]byte, error) {
-		cmd := exec.Command("apt-get", append([]string{"download", "-q"}, want...)...)
-		cmd.Dir = debs
-		return cmd.CombinedOutput()
-	}
-	out, err := download()
-	if err != nil && aptUpdate(logf) {
-		out, err = download()
-	}
-	if err != nil {
-		return fmt.Errorf("apt-get download failed (%v); the boot test needs Debian's package lists: run 'apt-get update' (hack/install-deps.sh does) and retry:\n%s", err, out)
-	}
-	if err := os.RemoveAll(k.Root); err != nil {
-		return err
-	}
-	files, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
-	if len(files) < len(want) {
-		return fmt.Errorf("apt-get download left %d packages in %s, want %d", len(files), debs, len(want))
-	}
-	logf("unpacking %d packages into %s", len(files), k.Root)
-	for _, f := range files {
-		if out, err := exec.Command("dpkg", "-x", f, k.Root).CombinedOutput(); err != nil {
-			return fmt.Errorf("dpkg -x %s: %v\n%s", f, err, out)
+		if _, serr := os.Stat(filepath.Join(root, ".liken-packages")); serr == nil {
+			logf("using the packages already unpacked in %s (%v)", root, err)
+			k.Tools = &qemu.Tools{Root: root}
+			return nil
 		}
+		return err
 	}
-	return os.WriteFile(stamp, []byte(strings.Join(want, "\n")+"\n"), 0o644)
+	k.Tools, err = qemu.Fetch(k.Dir, []string{kernelPkg}, logf)
+	return err
 }
-
-// aptUpdate refreshes Debian's package lists when this process may (as
-// root), once; it reports whether it did.
-func aptUpdate(logf func(string, ...any)) bool {
-	if os.Geteuid() != 0 || aptUpdated {
-		return false
-	}
-	aptUpdated = true
-	logf("refreshing Debian's package lists (apt-get update)")
-	out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput()
-	if err != nil {
-		logf("apt-get update failed: %v\n%s", err, out)
-		return false
-	}
-	return true
-}
-
-var aptUpdated bool
 
 var dependsKernel = regexp.MustCompile(`Depends: (linux-image-[0-9][^\s]*-amd64)\b`)
 
@@ -241,28 +172,8 @@ func (k *Kit) resolveModules() error {
 	return err
 }
 
-// Tool returns the path of an unpacked program.
-func (k *Kit) Tool(name string) string {
-	for _, d := range []string{"usr/bin", "usr/sbin", "bin", "sbin"} {
-		p := filepath.Join(k.Root, d, name)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return filepath.Join(k.Root, "usr/bin", name)
-}
-
-// LibraryPath is LD_LIBRARY_PATH for the unpacked programs.
-func (k *Kit) LibraryPath() string {
-	return strings.Join([]string{
-		filepath.Join(k.Root, "usr/lib/x86_64-linux-gnu"),
-		filepath.Join(k.Root, "lib/x86_64-linux-gnu"),
-	}, ":")
-}
-
 func (k *Kit) run(tool string, args ...string) error {
-	cmd := exec.Command(k.Tool(tool), args...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+k.LibraryPath())
+	cmd := k.Command(tool, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s %s: %v\n%s", tool, strings.Join(args, " "), err, out)
 	}

@@ -6,11 +6,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"liken.sh/liken/internal/qemu"
 )
 
 // VM is one QEMU process running a disk, its serial console captured.
@@ -26,43 +26,15 @@ type VM struct {
 }
 
 // Hardware is a virtual machine's size and network.
-type Hardware struct {
-	// MemoryMiB and CPUs size the machine.
-	MemoryMiB, CPUs int
-	// Network gives it one virtio port on QEMU's user network, where the
-	// host is 10.0.2.2 (its loopback) and DHCP gives the machine
-	// 10.0.2.15. Without it the machine has no network.
-	Network bool
-}
+type Hardware = qemu.Hardware
 
 // BootTest is the hardware of the boot tests: 512 MiB, one CPU, no
 // network.
 var BootTest = Hardware{MemoryMiB: 512, CPUs: 1}
 
-// QEMUArgs are the machine's flags: software emulation, no display, the
-// serial console on stdout, the disk on virtio.
-func (k *Kit) QEMUArgs(disk string, hw Hardware) []string {
-	nic := []string{"-nic", "none"}
-	if hw.Network {
-		// No option ROM: network boot is never used, and the ROM is in
-		// a package the kit does not unpack.
-		nic = []string{"-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile="}
-	}
-	return append(nic,
-		"-accel", "tcg", "-machine", "pc", "-m", strconv.Itoa(hw.MemoryMiB), "-smp", strconv.Itoa(hw.CPUs),
-		"-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
-		"-monitor", "none", "-serial", "stdio",
-		"-L", filepath.Join(k.Root, "usr/share/seabios"), "-L", filepath.Join(k.Root, "usr/share/qemu"),
-		// QEMU's option syntax escapes a comma by doubling it.
-		"-drive", "file="+strings.ReplaceAll(disk, ",", ",,")+",format=raw,if=virtio,cache=writeback",
-		"-boot", "strict=on",
-	)
-}
-
 // Start boots disk on hw. The console is also copied to logPath.
 func (k *Kit) Start(disk, logPath string, hw Hardware) (*VM, error) {
-	cmd := exec.Command(k.Tool("qemu-system-x86_64"), k.QEMUArgs(disk, hw)...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+k.LibraryPath())
+	cmd := k.Command("qemu-system-x86_64", k.Args(disk, hw, "stdio")...)
 	cmd.Stdin = nil
 	logFile, err := os.Create(logPath)
 	if err != nil {

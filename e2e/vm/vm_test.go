@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,13 +18,18 @@ import (
 
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/install"
+	clilab "liken.sh/liken/cli/lab"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/layer"
 	clirelease "liken.sh/liken/cli/release"
@@ -33,8 +39,16 @@ import (
 )
 
 // machineHardware is what each virtual machine gets: kubelet, containerd
-// and liken-node need more than the boot tests' init.
-var machineHardware = boote2e.Hardware{MemoryMiB: 1536, CPUs: 2, Network: true}
+// and liken-node need more than the boot tests' init. One machine gets two
+// CPUs; in a fleet each gets one, since every emulated CPU is a busy host
+// thread and the host has two cores.
+func machineHardware(fleet int) boote2e.Hardware {
+	cpus := 2
+	if fleet > 1 {
+		cpus = 1
+	}
+	return boote2e.Hardware{MemoryMiB: 1536, CPUs: cpus, Network: true}
+}
 
 // lab is a control plane on the host, a release channel served over HTTP,
 // and the OS image published in it.
@@ -50,13 +64,18 @@ type lab struct {
 	source   string // the channel's URL as the machines see it
 	identity *layer.Identity
 	grub     *install.BootCode
+	// trialTimeout is the Cluster's disruption.trialTimeout (0: its
+	// default).
+	trialTimeout time.Duration
+	// machines is the fleet's size.
+	machines int
 }
 
 func newLab(t *testing.T) *lab {
 	repo, err := boote2e.RepoRoot()
 	assert.NilError(t, err)
 	l := &lab{t: t, dir: t.TempDir(), image: filepath.Join(repo, "_output", "image")}
-	for _, f := range []string{"rootfs.squashfs", "vmlinuz", "initrd.img", "packages.txt"} {
+	for _, f := range clilab.OSImageFiles {
 		if _, err := os.Stat(filepath.Join(l.image, f)); err != nil {
 			t.Fatalf("the OS image is not built (%v): run make image, which make test runs first", err)
 		}
@@ -121,6 +140,7 @@ func (l *lab) publish(version string) *clirelease.Result {
 func (l *lab) fleet(rel *clirelease.Result, machines ...string) string {
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(l.cp.Server, "https://"))
 	assert.NilError(l.t, err)
+	l.machines = len(machines)
 	docs := fmt.Sprintf(`apiVersion: liken.sh/v1alpha1
 kind: Cluster
 metadata: {name: vm}
@@ -132,6 +152,9 @@ spec:
   network: {endpoint: "https://10.0.2.2:%s"}
   disruption: {maxUnavailable: 1}
 `, rel.Version, l.source, rel.Version, rel.Digest, port)
+	if l.trialTimeout > 0 {
+		docs = strings.Replace(docs, "{maxUnavailable: 1}", fmt.Sprintf("{maxUnavailable: 1, trialTimeout: %s}", l.trialTimeout), 1)
+	}
 	for i, m := range machines {
 		role := likenv1.RoleWorker
 		if i == 0 {
@@ -180,7 +203,7 @@ func (l *lab) install(name, layerFile string, rel *clirelease.Result) *vm {
 func (m *vm) powerOn() {
 	m.boots++
 	m.log = filepath.Join(m.l.dir, fmt.Sprintf("%s-console-%d.log", m.name, m.boots))
-	q, err := m.l.kit.Start(m.disk, m.log, machineHardware)
+	q, err := m.l.kit.Start(m.disk, m.log, machineHardware(m.l.machines))
 	assert.NilError(m.l.t, err)
 	m.qemu = q
 	m.l.t.Cleanup(func() {
@@ -228,88 +251,17 @@ func (m *vm) machine() *likenv1.Machine {
 	return got
 }
 
-// TestMachineJoinsAndRunsPods: a disk written by liken install boots the
-// OS image under QEMU; its kubelet joins through TLS bootstrap with the
-// layer's join token (NodeRestriction on), its Node reads Ready, liken-node
-// reports the release it runs, and a pod of the preloaded workload image
-// runs on it with no registry.
-func TestMachineJoinsAndRunsPods(t *testing.T) {
-	l := newLab(t)
-	rel := l.publish("2026.12.01-001")
-	layerFile := l.fleet(rel, "vm-1")
-	m := l.install("vm-1", layerFile, rel)
-	m.powerOn()
-	ready := m.waitNodeReady(6 * time.Minute)
-	t.Logf("vm-1: Node Ready %s after power on", ready.Round(time.Second))
-
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		st := m.machine().Status
-		if st.Version == rel.Version && st.Slot == "A" {
-			return poll.Success()
-		}
-		return poll.Continue("Machine vm-1 reports version %q slot %q", st.Version, st.Slot)
-	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(time.Second))
-
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeName: "vm-1",
-			Containers: []corev1.Container{{
-				Name: "workload", Image: "liken.sh/workload:1.0", ImagePullPolicy: corev1.PullNever,
-			}},
-		},
-	}
-	_, err := l.kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	assert.NilError(t, err)
-	start := time.Now()
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		p, err := l.kube.CoreV1().Pods("default").Get(ctx, "workload", metav1.GetOptions{})
-		if err != nil {
-			return poll.Error(err)
-		}
-		if p.Status.Phase == corev1.PodRunning {
-			return poll.Success()
-		}
-		return poll.Continue("pod workload is %s: %v", p.Status.Phase, p.Status.ContainerStatuses)
-	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(time.Second))
-	t.Logf("vm-1: pod running %s after it was created", time.Since(start).Round(time.Second))
-}
-
 // variant publishes the OS image as release version, with change applied
-// to its root first (nil: none). The variant is compressed fast: only its
-// version differs from the image make image built, or the fault change
-// does.
+// to its root first (nil: none), as liken lab publish does.
 func (l *lab) variant(version string, change func(root string)) *clirelease.Result {
 	l.t.Helper()
-	work := filepath.Join(l.dir, "variant-"+version)
-	root := filepath.Join(work, "root")
-	assert.NilError(l.t, os.MkdirAll(work, 0o755))
-	run(l.t, "unsquashfs", "-no-progress", "-d", root, filepath.Join(l.image, "rootfs.squashfs"))
-	assert.NilError(l.t, os.WriteFile(filepath.Join(root, "etc", "liken", "release"), []byte("VERSION="+version+"\n"), 0o644))
+	var c func(string) error
 	if change != nil {
-		change(root)
+		c = func(root string) error { change(root); return nil }
 	}
-	image := filepath.Join(work, "rootfs.squashfs")
-	run(l.t, "mksquashfs", root, image, "-noappend", "-comp", "zstd", "-Xcompression-level", "3", "-quiet", "-no-progress")
-	assert.NilError(l.t, os.RemoveAll(root))
-	rel, err := clirelease.Build(clirelease.BuildOptions{
-		Image: image, Channel: l.channel, Version: version,
-		Artifacts: []string{
-			"boot/vmlinuz=" + filepath.Join(l.image, "vmlinuz"),
-			"boot/initrd.img=" + filepath.Join(l.image, "initrd.img"),
-			"packages.txt=" + filepath.Join(l.image, "packages.txt"),
-		},
-	}, clocktesting.NewFakePassiveClock(time.Now()))
+	rel, err := clilab.PublishOSImage(l.image, l.channel, filepath.Join(l.dir, "images"), version, c)
 	assert.NilError(l.t, err)
 	return rel
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
 }
 
 // moveTo catalogues rel in the Cluster and sets its version to it.
@@ -372,15 +324,93 @@ func (l *lab) waitRelease(ms []*vm, version, slot string, timeout time.Duration)
 	}, poll.WithTimeout(timeout), poll.WithDelay(2*time.Second))
 }
 
+// workload runs a Deployment of the preloaded workload image, one pod per
+// machine but one (at least one), with a PodDisruptionBudget that lets one
+// go at a time, and waits until it is available.
+func (l *lab) workload(machines int) {
+	ctx := context.Background()
+	replicas := int32(max(1, machines-1))
+	labels := map[string]string{"app": "workload"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](5),
+					Containers: []corev1.Container{{
+						Name: "workload", Image: "liken.sh/workload:1.0", ImagePullPolicy: corev1.PullNever,
+					}},
+				},
+			},
+		},
+	}
+	_, err := l.kube.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{})
+	assert.NilError(l.t, err)
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: "default"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, MaxUnavailable: &one},
+	}
+	_, err = l.kube.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{})
+	assert.NilError(l.t, err)
+	l.waitWorkloadAvailable(5 * time.Minute)
+}
+
+// waitWorkloadAvailable waits until every replica of the workload is
+// available.
+func (l *lab) waitWorkloadAvailable(timeout time.Duration) {
+	l.t.Helper()
+	poll.WaitOn(l.t, func(poll.LogT) poll.Result {
+		d, err := l.kube.AppsV1().Deployments("default").Get(context.Background(), "workload", metav1.GetOptions{})
+		if err != nil {
+			return poll.Error(err)
+		}
+		if d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas {
+			return poll.Success()
+		}
+		return poll.Continue("workload: %d of %d available", d.Status.AvailableReplicas, *d.Spec.Replicas)
+	}, poll.WithTimeout(timeout), poll.WithDelay(time.Second))
+}
+
+// workloadPods returns the workload's running pods: UID to node.
+func (l *lab) workloadPods() map[string]string {
+	pods, err := l.kube.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=workload"})
+	assert.NilError(l.t, err)
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			out[string(p.UID)] = p.Spec.NodeName
+		}
+	}
+	return out
+}
+
+// fleetSize is how many virtual machines TestUpgradeThroughRealReboots
+// runs: LIKEN_VM_MACHINES, 3 by default.
+func fleetSize(t *testing.T) int {
+	n := 3
+	if v := os.Getenv("LIKEN_VM_MACHINES"); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		assert.NilError(t, err, "LIKEN_VM_MACHINES")
+	}
+	return n
+}
+
 // TestUpgradeThroughRealReboots: a fleet of virtual machines moves from A
 // to B and back to A through real GRUB and real reboots, one machine at a
-// time; then a release whose init panics falls back to the proven slot on
-// every machine it reached, with no help, and the machines keep running
-// the release they had.
+// time; then a release whose init panics falls back to the proven slot
+// with no help, on the one machine that tried it, and the rollout halts.
 func TestUpgradeThroughRealReboots(t *testing.T) {
 	l := newLab(t)
 	r1 := l.publish("2026.12.01-001")
-	names := []string{"vm-1"}
+	var names []string
+	for i := 1; i <= fleetSize(t); i++ {
+		names = append(names, fmt.Sprintf("vm-%d", i))
+	}
 	layerFile := l.fleet(r1, names...)
 	var ms []*vm
 	for _, n := range names {
@@ -391,18 +421,78 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 	for _, m := range ms {
 		t.Logf("%s: Node Ready %s after power on", m.name, m.waitNodeReady(8*time.Minute).Round(time.Second))
 	}
+	// The machines joined through TLS bootstrap with the layer's join
+	// token, under NodeRestriction, and liken-node reports the release.
 	l.waitRelease(ms, r1.Version, "A", 3*time.Minute)
+	// Pods of the preloaded workload run on the machines (no registry),
+	// under a PodDisruptionBudget.
+	start := time.Now()
+	l.workload(len(ms))
+	t.Logf("workload available %s after it was created", time.Since(start).Round(time.Second))
 	l.startOperator()
 
 	for _, step := range []struct{ version, slot string }{{"2026.12.01-002", "B"}, {"2026.12.01-003", "A"}} {
 		rel := l.variant(step.version, nil)
+		before := l.workloadPods()
 		start := time.Now()
 		l.moveTo(rel)
 		l.waitRelease(ms, rel.Version, step.slot, 20*time.Minute)
 		t.Logf("fleet of %d on %s from slot %s in %s", len(ms), rel.Version, step.slot, time.Since(start).Round(time.Second))
+		// Every machine drained: each pod that ran before was evicted
+		// (under the budget) and replaced.
+		l.waitWorkloadAvailable(5 * time.Minute)
+		after := l.workloadPods()
+		for uid, node := range before {
+			_, kept := after[uid]
+			assert.Assert(t, !kept, "pod %s on %s was not evicted by the drain", uid, node)
+		}
 		for _, m := range ms {
 			_, ok := m.qemu.Find(fmt.Sprintf("liken-boot: booting slot %s (trial true)", step.slot))
 			assert.Assert(t, ok, "%s did not boot a trial of slot %s", m.name, step.slot)
+		}
+	}
+
+	// A release whose init cannot start: liken-boot finds no /sbin/init,
+	// the kernel panics and reboots, and GRUB boots the proven slot.
+	previous := "2026.12.01-003"
+	bad := l.variant("2026.12.01-004", func(root string) {
+		assert.NilError(t, os.Remove(filepath.Join(root, "sbin", "init")))
+	})
+	start = time.Now()
+	l.moveTo(bad)
+	var failed *vm
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, m := range ms {
+			for _, c := range m.machine().Status.Conditions {
+				if c.Type == likenv1.ConditionTrialFailed && c.Status == metav1.ConditionTrue {
+					failed = m
+					return poll.Success()
+				}
+			}
+		}
+		return poll.Continue("no machine reports a failed trial of %s", bad.Version)
+	}, poll.WithTimeout(15*time.Minute), poll.WithDelay(2*time.Second))
+	t.Logf("%s: trial of %s failed and the machine is back in %s", failed.name, bad.Version, time.Since(start).Round(time.Second))
+	_, ok := failed.qemu.Find("liken-boot: booting slot B (trial true)")
+	assert.Assert(t, ok, "%s did not boot a trial of slot B", failed.name)
+	_, ok = failed.qemu.Find("Kernel panic")
+	assert.Assert(t, ok, "%s: the kernel did not panic", failed.name)
+	_, ok = failed.qemu.Find("liken-boot: booting slot A (trial false)")
+	assert.Assert(t, ok, "%s did not boot its proven slot A after the panic", failed.name)
+	// Back on the release it had, Ready; the rollout halts, so no other
+	// machine tries the release.
+	st := failed.machine().Status
+	assert.Equal(t, st.Version, previous)
+	assert.Equal(t, st.Slot, "A")
+	failed.waitNodeReady(3 * time.Minute)
+	c, err := l.liken.LikenV1alpha1().Clusters().Get(context.Background(), "vm", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Assert(t, c.Status.Halt != nil && c.Status.Halt.Reason == likenv1.ReasonTrialFailed, "Cluster halt: %+v", c.Status.Halt)
+	for _, m := range ms {
+		if m != failed {
+			assert.Equal(t, m.machine().Status.Version, previous, "%s", m.name)
+			_, tried := m.qemu.Find("liken-boot: booting slot B (trial true)")
+			assert.Assert(t, !tried, "%s tried the release the rollout halted on", m.name)
 		}
 	}
 }

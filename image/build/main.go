@@ -292,20 +292,32 @@ func (b *builder) runc(out string) error {
 }
 
 // ownBinaries builds liken-node, liken-boot and the preloaded images'
-// programs, static, and returns their paths by name.
+// programs, and returns their paths by name. liken-node is built as make
+// build builds it (sharing its build cache; the root has the C library);
+// the others run where there is no C library (the initramfs, containers)
+// and are static.
 func (b *builder) ownBinaries() (map[string]string, error) {
 	dir := filepath.Join(b.cache, "liken")
 	bins := map[string]string{}
 	b.step("Building liken-node, liken-boot, pause and workload")
 	version, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
 	b.likenVersion = strings.TrimSpace(string(version))
-	for name, pkg := range map[string]string{
-		"liken-node": "./node/cmd/liken-node", "liken-boot": "./node/cmd/liken-boot",
-		"pause": "./image/containers/pause", "workload": "./image/containers/workload",
+	ldflags := "-X liken.sh/liken/version.Version=" + b.likenVersion
+	for _, p := range []struct {
+		name, pkg string
+		static    bool
+	}{
+		{"liken-node", "./node/cmd/liken-node", false},
+		{"liken-boot", "./node/cmd/liken-boot", true},
+		{"pause", "./image/containers/pause", true},
+		{"workload", "./image/containers/workload", true},
 	} {
-		bins[name] = filepath.Join(dir, name)
-		ldflags := "-s -w -X liken.sh/liken/version.Version=" + strings.TrimSpace(string(version))
-		if err := runEnv(b.repo, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", bins[name], pkg); err != nil {
+		bins[p.name] = filepath.Join(dir, p.name)
+		var env []string
+		if p.static {
+			env = []string{"CGO_ENABLED=0"}
+		}
+		if err := runEnv(b.repo, env, "go", "build", "-ldflags", ldflags, "-o", bins[p.name], p.pkg); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,182 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"liken.sh/liken/cli/install"
+	"liken.sh/liken/cli/lab/controlplane"
+	clirelease "liken.sh/liken/cli/release"
+	"liken.sh/liken/internal/qemu"
+)
+
+// The VM lab (liken lab up --vm): each machine is a QEMU virtual machine
+// booting a disk written by liken install with liken's OS image (make
+// image). It reaches the control plane and the channel on the host through
+// QEMU's user network, where the host's loopback is hostFromVM.
+const hostFromVM = "10.0.2.2"
+
+// vmMemoryMiB is each virtual machine's memory: systemd, containerd,
+// kubelet and liken-node.
+const vmMemoryMiB = 1536
+
+// vmDiskSize is each virtual machine's disk: two releases, the node
+// agent's images and state.
+const vmDiskSize = 4 << 30
+
+// OSImageFiles are the files make image writes, which a release of the OS
+// image publishes.
+var OSImageFiles = []string{"rootfs.squashfs", "vmlinuz", "initrd.img", "packages.txt"}
+
+// osImageDir finds make image's output in the liken source tree, building
+// it with make image when it is missing.
+func osImageDir(log io.Writer) (string, error) {
+	src := sourceTree()
+	if src == "" {
+		return "", errors.New("liken lab up --vm runs liken's OS image from a liken source tree (make image writes it to _output/image): run it there")
+	}
+	dir := filepath.Join(src, "_output", "image")
+	for _, f := range OSImageFiles {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			continue
+		}
+		fmt.Fprintf(log, "The OS image is missing (%s); building it with make image in %s (as root; minutes the first time)...\n", f, src)
+		cmd := exec.Command("make", "-C", src, "image")
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("make image: %w", err)
+		}
+		break
+	}
+	return dir, nil
+}
+
+// PublishOSImage publishes make image's output (imageDir) as release
+// version in channelDir, with change applied to a copy of its root first
+// (nil: none; the copy is always made, since the root names its version
+// in /etc/liken/release). work holds the copy while it is built.
+func PublishOSImage(imageDir, channelDir, work, version string, change func(root string) error) (*clirelease.Result, error) {
+	root := filepath.Join(work, "root-"+version)
+	if err := os.RemoveAll(root); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(root)
+	if out, err := exec.Command("unsquashfs", "-no-progress", "-d", root, filepath.Join(imageDir, "rootfs.squashfs")).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("unpacking the OS image: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(root, imageReleaseFile), []byte("VERSION="+version+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if change != nil {
+		if err := change(root); err != nil {
+			return nil, err
+		}
+	}
+	img := filepath.Join(work, "rootfs-"+version+".squashfs")
+	defer os.Remove(img)
+	// A fast compression: only the version (or a fault) differs from the
+	// image make image compressed.
+	if out, err := exec.Command("mksquashfs", root, img, "-noappend", "-comp", "zstd", "-Xcompression-level", "3", "-quiet", "-no-progress").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("packing the OS image: %v\n%s", err, out)
+	}
+	return clirelease.Build(clirelease.BuildOptions{
+		Image: img, Channel: channelDir, Version: version,
+		Artifacts: []string{
+			"boot/vmlinuz=" + filepath.Join(imageDir, "vmlinuz"),
+			"boot/initrd.img=" + filepath.Join(imageDir, "initrd.img"),
+			"packages.txt=" + filepath.Join(imageDir, "packages.txt"),
+		},
+	}, clock.RealClock{})
+}
+
+// vmFault is the change that makes the OS image fail as fault says.
+func vmFault(fault string) func(root string) error {
+	switch fault {
+	case FaultPanic:
+		// liken-boot finds no init: the kernel panics.
+		return func(root string) error { return os.Remove(filepath.Join(root, imageInit)) }
+	case FaultNoRejoin:
+		// No network configuration: the machine never gets an address.
+		return func(root string) error {
+			return os.Remove(filepath.Join(root, "etc/systemd/network/99-liken-dhcp.network"))
+		}
+	}
+	return nil
+}
+
+// publishVM builds the next release of the OS image into the lab's
+// channel.
+func publishVM(st *State, fault string) (version, digest string, err error) {
+	version, err = nextVersion(st.ChannelDir, time.Now())
+	if err != nil {
+		return "", "", err
+	}
+	rel, err := PublishOSImage(st.ImageDir, st.ChannelDir, filepath.Join(st.Dir, "images"), version, vmFault(fault))
+	if err != nil {
+		return "", "", err
+	}
+	if fault == FaultCorrupt {
+		if err := corrupt(filepath.Join(st.ChannelDir, version, "rootfs.squashfs")); err != nil {
+			return "", "", err
+		}
+	}
+	return rel.Version, rel.Digest, nil
+}
+
+// vmTools fetches QEMU (and GRUB) into liken's cache.
+func vmTools(log io.Writer) (*qemu.Tools, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return nil, err
+	}
+	return qemu.Fetch(filepath.Join(cache, "liken", "qemu"), nil, func(f string, a ...any) { fmt.Fprintf(log, f+"\n", a...) })
+}
+
+// installVM writes the machine's disk with liken install.
+func installVM(ctx context.Context, m MachineInfo, channelDir, version, layerFile string, log io.Writer) error {
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		return err
+	}
+	_, err := install.Install(ctx, install.Options{
+		Disk: filepath.Join(m.Dir, vmDisk), Release: filepath.Join(channelDir, version), Layer: layerFile,
+		Machine: m.Name, Size: vmDiskSize, TempDir: m.Dir, HTTPClient: http.DefaultClient,
+	})
+	return err
+}
+
+// vmDisk is the machine's disk image in its folder.
+const vmDisk = "disk.img"
+
+// startVM powers a virtual machine on: QEMU, in a session of its own, its
+// console in the machine's log.
+func startVM(st *State, m *MachineInfo) (*controlplane.Process, error) {
+	tools, err := vmTools(io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	hw := qemu.Hardware{MemoryMiB: vmMemoryMiB, CPUs: 2, Network: true}
+	if len(st.Machines) > 1 {
+		// Each emulated CPU keeps a host core busy.
+		hw.CPUs = 1
+	}
+	args := append([]string{"LD_LIBRARY_PATH=" + tools.LibraryPath(), tools.Tool("qemu-system-x86_64")},
+		tools.Args(filepath.Join(m.Dir, vmDisk), hw, "stdio")...)
+	p, err := controlplane.StartProcess("/usr/bin/env", args, filepath.Join(m.Dir, machineLog), true)
+	if err != nil {
+		return nil, err
+	}
+	p.Kind, p.Name = KindMachine, m.Name
+	return p, nil
+}

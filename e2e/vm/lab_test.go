@@ -1,0 +1,133 @@
+//go:build vmfaults
+
+package vme2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	boote2e "liken.sh/liken/e2e/boot"
+	"liken.sh/liken/generated/clientset/versioned"
+)
+
+// TestLabUpVM runs the user's commands: liken lab up --vm gives virtual
+// machines that kubectl lists as Ready Nodes; liken lab publish and a new
+// spec.version upgrade them through real reboots; liken lab power cycle
+// pulls a machine's power and it comes back; liken lab down stops it all.
+func TestLabUpVM(t *testing.T) {
+	repo, err := boote2e.RepoRoot()
+	assert.NilError(t, err)
+	bin := os.Getenv("LIKEN_BIN")
+	if bin == "" {
+		bin = filepath.Join(repo, "_output", "bin")
+	}
+	env := append(os.Environ(), "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin, "LIKEN_LAB_STARTUP_GRACE=2s")
+	liken := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bin, "liken"), args...)
+		cmd.Dir, cmd.Env = repo, env
+		out, err := cmd.CombinedOutput()
+		assert.NilError(t, err, "liken %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	start := time.Now()
+	out := liken("lab", "up", "--name", "vm", "--vm", "--machines", "2", "--leaders", "1", "--reboot-policy", "Auto")
+	t.Cleanup(func() { liken("lab", "down", "--name", "vm") })
+	t.Logf("lab up --vm with 2 machines: %s", time.Since(start).Round(time.Second))
+	m := regexp.MustCompile(`(?m)^export KUBECONFIG='([^']+)'$`).FindStringSubmatch(out)
+	assert.Assert(t, m != nil, "no export KUBECONFIG= line:\n%s", out)
+	var st struct {
+		VM       bool `json:"vm"`
+		Machines []struct {
+			Name string `json:"name"`
+			Dir  string `json:"dir"`
+		} `json:"machines"`
+	}
+	assert.NilError(t, json.Unmarshal([]byte(liken("lab", "status", "--name", "vm", "-o", "json")), &st))
+	assert.Assert(t, st.VM)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range st.Machines {
+				b, _ := os.ReadFile(filepath.Join(m.Dir, "machine.log"))
+				t.Logf("%s console, last 4000 bytes:\n%s", m.Name, tail(string(b), 4000))
+			}
+		}
+	})
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", m[1])
+	assert.NilError(t, err)
+	kube, err := kubernetes.NewForConfig(cfg)
+	assert.NilError(t, err)
+	lk, err := versioned.NewForConfig(cfg)
+	assert.NilError(t, err)
+	ctx := t.Context()
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, len(nodes.Items), 2)
+	for _, n := range nodes.Items {
+		ready := false
+		for _, c := range n.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		assert.Assert(t, ready, "Node %s is not Ready", n.Name)
+		// A real kubelet, not kwok's.
+		assert.Assert(t, strings.HasPrefix(n.Status.NodeInfo.KubeletVersion, "v1.37"), n.Status.NodeInfo.KubeletVersion)
+		assert.Equal(t, n.Status.NodeInfo.ContainerRuntimeVersion, "containerd://v2.2.9")
+	}
+
+	pub := liken("lab", "publish", "--name", "vm")
+	ver := regexp.MustCompile(`version: "([^"]+)"`).FindStringSubmatch(pub)
+	dig := regexp.MustCompile(`digest: (sha256:[0-9a-f]+)`).FindStringSubmatch(pub)
+	assert.Assert(t, ver != nil && dig != nil, "lab publish printed no catalog entry:\n%s", pub)
+	c, err := lk.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
+	assert.NilError(t, err)
+	c.Spec.Releases.Catalog = append(c.Spec.Releases.Catalog, likenv1.CatalogEntry{Version: ver[1], Digest: dig[1]})
+	c.Spec.Version = ver[1]
+	_, err = lk.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	start = time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		ms, err := lk.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return poll.Error(err)
+		}
+		for _, m := range ms.Items {
+			if m.Status.Version != ver[1] || m.Status.Phase != likenv1.MachineReady {
+				return poll.Continue("%s: %s on %q", m.Name, m.Status.Phase, m.Status.Version)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Minute), poll.WithDelay(5*time.Second))
+	t.Logf("VM lab of 2 upgraded to %s in %s", ver[1], time.Since(start).Round(time.Second))
+
+	// A power cut: the machine boots again and its Node reads Ready.
+	liken("lab", "power", "cycle", st.Machines[1].Name, "--name", "vm")
+	cycled := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		n, err := kube.CoreV1().Nodes().Get(ctx, st.Machines[1].Name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Error(err)
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(cycled) {
+				return poll.Success()
+			}
+		}
+		return poll.Continue("Node %s has not come back Ready", n.Name)
+	}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
+	t.Logf("%s: Ready again %s after a power cycle", st.Machines[1].Name, time.Since(cycled).Round(time.Second))
+}

@@ -1,0 +1,149 @@
+// Package qemu fetches QEMU and GRUB from Debian's packages, unpacked in a folder (nothing installed, no root), and runs virtual machines with them.
+package qemu
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Packages are the Debian packages unpacked: QEMU and SeaBIOS to run a
+// machine, GRUB's BIOS build for its disk, and QEMU's shared libraries
+// that a machine without QEMU lacks.
+var Packages = []string{
+	"qemu-system-x86", "qemu-system-common", "qemu-system-data", "seabios",
+	"grub-pc-bin", "grub-common",
+	"libaio1", "libcapstone4", "libdaxctl1", "libfdt1", "libfuse3-3", "libibverbs1",
+	"libndctl6", "libnl-3-200", "libnl-route-3-200", "libpmem1", "librdmacm1",
+	"libslirp0", "liburing2", "libvdeplug2",
+}
+
+// Tools are the unpacked packages.
+type Tools struct {
+	// Root is the folder the packages are unpacked into.
+	Root string
+}
+
+// Fetch downloads Packages and extra with apt-get download into dir/debs
+// and unpacks them into dir/root, unless dir/root already holds exactly
+// this set. logf receives progress lines.
+func Fetch(dir string, extra []string, logf func(string, ...any)) (*Tools, error) {
+	t := &Tools{Root: filepath.Join(dir, "root")}
+	debs := filepath.Join(dir, "debs")
+	if err := os.MkdirAll(debs, 0o755); err != nil {
+		return nil, err
+	}
+	want := append(append([]string(nil), Packages...), extra...)
+	stamp := filepath.Join(t.Root, ".liken-packages")
+	if have, _ := os.ReadFile(stamp); string(have) == strings.Join(want, "\n")+"\n" {
+		return t, nil
+	}
+	logf("fetching Debian packages into %s: %s", debs, strings.Join(want, " "))
+	// apt-get download writes into the working folder; remove older
+	// versions of the same packages first so each name maps to one file.
+	old, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
+	for _, f := range old {
+		os.Remove(f)
+	}
+	download := func() ([]byte, error) {
+		cmd := exec.Command("apt-get", append([]string{"download", "-q"}, want...)...)
+		cmd.Dir = debs
+		return cmd.CombinedOutput()
+	}
+	out, err := download()
+	if err != nil && AptUpdate(logf) {
+		out, err = download()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apt-get download failed (%v); QEMU and GRUB come from Debian's packages: run 'apt-get update' (hack/install-deps.sh does) and retry:\n%s", err, out)
+	}
+	if err := os.RemoveAll(t.Root); err != nil {
+		return nil, err
+	}
+	files, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
+	if len(files) < len(want) {
+		return nil, fmt.Errorf("apt-get download left %d packages in %s, want %d", len(files), debs, len(want))
+	}
+	logf("unpacking %d packages into %s", len(files), t.Root)
+	for _, f := range files {
+		if out, err := exec.Command("dpkg", "-x", f, t.Root).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("dpkg -x %s: %v\n%s", f, err, out)
+		}
+	}
+	return t, os.WriteFile(stamp, []byte(strings.Join(want, "\n")+"\n"), 0o644)
+}
+
+// AptUpdate refreshes Debian's package lists when this process may (as
+// root), once; it reports whether it did.
+func AptUpdate(logf func(string, ...any)) bool {
+	if os.Geteuid() != 0 || aptUpdated {
+		return false
+	}
+	aptUpdated = true
+	logf("refreshing Debian's package lists (apt-get update)")
+	out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput()
+	if err != nil {
+		logf("apt-get update failed: %v\n%s", err, out)
+		return false
+	}
+	return true
+}
+
+var aptUpdated bool
+
+// Tool returns the path of an unpacked program.
+func (t *Tools) Tool(name string) string {
+	for _, d := range []string{"usr/bin", "usr/sbin", "bin", "sbin"} {
+		p := filepath.Join(t.Root, d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return filepath.Join(t.Root, "usr/bin", name)
+}
+
+// LibraryPath is the LD_LIBRARY_PATH that finds the unpacked libraries.
+func (t *Tools) LibraryPath() string {
+	return filepath.Join(t.Root, "usr/lib/x86_64-linux-gnu") + ":" + filepath.Join(t.Root, "lib/x86_64-linux-gnu")
+}
+
+// Command returns the command that runs name with the unpacked libraries.
+func (t *Tools) Command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(t.Tool(name), args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+t.LibraryPath())
+	return cmd
+}
+
+// Hardware is a virtual machine's size and network.
+type Hardware struct {
+	// MemoryMiB and CPUs size the machine.
+	MemoryMiB, CPUs int
+	// Network gives it one virtio port on QEMU's user network, where the
+	// host is 10.0.2.2 (its loopback) and DHCP gives the machine
+	// 10.0.2.15. Without it the machine has no network.
+	Network bool
+}
+
+// Args are a machine's QEMU flags: software emulation (KVM runs no guest
+// on the machines liken is developed on), no display, the serial console
+// on console (stdio, or file:PATH), the disk on virtio.
+func (t *Tools) Args(disk string, hw Hardware, console string) []string {
+	nic := []string{"-nic", "none"}
+	if hw.Network {
+		// No option ROM: network boot is never used, and the ROM is in
+		// a package that is not unpacked.
+		nic = []string{"-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile="}
+	}
+	return append(nic,
+		"-accel", "tcg", "-machine", "pc", "-m", strconv.Itoa(hw.MemoryMiB), "-smp", strconv.Itoa(hw.CPUs),
+		"-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
+		"-monitor", "none", "-serial", console,
+		"-L", filepath.Join(t.Root, "usr/share/seabios"), "-L", filepath.Join(t.Root, "usr/share/qemu"),
+		// QEMU's option syntax escapes a comma by doubling it.
+		"-drive", "file="+strings.ReplaceAll(disk, ",", ",,")+",format=raw,if=virtio,cache=writeback",
+		"-boot", "strict=on",
+	)
+}
