@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	corev1 "k8s.io/api/core/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -577,6 +578,23 @@ func adminClient(st *State) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// readyNodes counts the Nodes that read Ready.
+func readyNodes(ctx context.Context, kube kubernetes.Interface) int {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, node := range nodes.Items {
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // waitClusterReady waits until the lab's Cluster reads Ready with every
 // machine on its version.
 func waitClusterReady(ctx context.Context, st *State, timeout time.Duration) error {
@@ -588,16 +606,28 @@ func waitClusterReady(ctx context.Context, st *State, timeout time.Duration) err
 	if err != nil {
 		return err
 	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	want := fmt.Sprintf("%d/%d", len(st.Machines), len(st.Machines))
 	deadline := time.Now().Add(timeout)
 	last := "not created"
 	for time.Now().Before(deadline) {
 		c, err := cs.LikenV1alpha1().Clusters().Get(ctx, st.Name, metav1.GetOptions{})
 		if err == nil {
-			if c.Status.Phase == v1.ClusterReady && c.Status.Machines == want {
+			ready := c.Status.Phase == v1.ClusterReady && c.Status.Machines == want
+			last = fmt.Sprintf("phase %q, machines %q", c.Status.Phase, c.Status.Machines)
+			if ready && st.VM {
+				// A real kubelet registers its Node a little after
+				// liken-node reports: wait for every Node Ready too.
+				n := readyNodes(ctx, kube)
+				ready = n == len(st.Machines)
+				last += fmt.Sprintf(", %d of %d Nodes Ready", n, len(st.Machines))
+			}
+			if ready {
 				return nil
 			}
-			last = fmt.Sprintf("phase %q, machines %q", c.Status.Phase, c.Status.Machines)
 		}
 		for _, p := range st.Processes {
 			if p.PID > 0 && !p.Running() {

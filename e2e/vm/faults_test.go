@@ -24,7 +24,7 @@ import (
 func oneMachine(t *testing.T, trialTimeout time.Duration) (*lab, *vm, *clirelease.Result) {
 	l := newLab(t)
 	l.trialTimeout = trialTimeout
-	r1 := l.publish("2026.12.01-001")
+	r1 := l.variant("2026.12.01-001", nil)
 	m := l.install("vm-1", l.fleet(r1, "vm-1"), r1)
 	m.powerOn()
 	t.Logf("vm-1: Node Ready %s after power on", m.waitNodeReady(8*time.Minute).Round(time.Second))

@@ -314,10 +314,12 @@ func (b *builder) ownBinaries() (map[string]string, error) {
 	} {
 		bins[p.name] = filepath.Join(dir, p.name)
 		var env []string
+		flags := ldflags
 		if p.static {
-			env = []string{"CGO_ENABLED=0"}
+			// Small: GRUB reads the initramfs through the BIOS.
+			env, flags = []string{"CGO_ENABLED=0"}, "-s -w "+ldflags
 		}
-		if err := runEnv(b.repo, env, "go", "build", "-ldflags", ldflags, "-o", bins[p.name], p.pkg); err != nil {
+		if err := runEnv(b.repo, env, "go", "build", "-ldflags", flags, "-o", bins[p.name], p.pkg); err != nil {
 			return nil, err
 		}
 	}
@@ -456,11 +458,12 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 			return err
 		}
 	}
-	if err := run("", "systemctl", append([]string{"--root=" + root, "enable", "--quiet"}, units...)...); err != nil {
+	// The root's own systemctl, so the host needs none.
+	if err := run("", "chroot", append([]string{root, "systemctl", "enable", "--quiet"}, units...)...); err != nil {
 		return err
 	}
 	// The console shows a login prompt on the serial port, where the VM lab reads it.
-	return run("", "systemctl", "--root="+root, "enable", "--quiet", "serial-getty@ttyS0.service")
+	return run("", "chroot", root, "systemctl", "enable", "--quiet", "serial-getty@ttyS0.service")
 }
 
 // packageList lists the Debian packages of the root and the components
