@@ -14,13 +14,13 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
+	"liken.sh/liken/node/join"
 	"liken.sh/liken/node/slots"
 	"liken.sh/liken/release"
 )
@@ -445,12 +445,7 @@ func BootstrapKubeconfig(lay *layer.Layer) ([]byte, error) {
 	if !strings.Contains(server, "://") {
 		server = "https://" + server
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: lay.Identity.Files["server-ca.crt"]}
-	cfg.AuthInfos["join"] = &clientcmdapi.AuthInfo{Token: id + "." + secret}
-	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "join"}
-	cfg.CurrentContext = "liken"
-	return clientcmd.Write(*cfg)
+	return clientcmd.Write(join.BootstrapKubeconfig(server, lay.Identity.Files["server-ca.crt"], id+"."+secret))
 }
 
 func treeSize(dir string) (int64, error) {

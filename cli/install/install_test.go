@@ -17,6 +17,7 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/node/boot"
@@ -209,6 +210,23 @@ func TestInstallImage(t *testing.T) {
 			assert.NilError(t, err)
 			assert.Check(t, bytes.Equal(partFile(t, o.Disk, parts[1], "/"+LayerFile), want))
 			assert.Check(t, is.Equal(string(partFile(t, o.Disk, parts[1], "/"+MachineFile)), "node-1\n"))
+			// What kubelet and liken-node join with: the Cluster's
+			// endpoint, the server CA, the join token's bootstrap token;
+			// readable by root only.
+			l, err := layer.ReadFile(lay, layer.DefaultLimits)
+			assert.NilError(t, err)
+			join, err := clientcmd.Load(partFile(t, o.Disk, parts[1], "/"+BootstrapFile))
+			assert.NilError(t, err)
+			id, secret, err := layer.BootstrapToken(l.Identity.Files[layer.TokenFile])
+			assert.NilError(t, err)
+			ctx := join.Contexts[join.CurrentContext]
+			assert.Assert(t, ctx != nil)
+			assert.Check(t, is.Equal(join.Clusters[ctx.Cluster].Server, "https://10.0.0.10:6443"))
+			assert.Check(t, bytes.Equal(join.Clusters[ctx.Cluster].CertificateAuthorityData, l.Identity.Files["server-ca.crt"]))
+			assert.Check(t, is.Equal(join.AuthInfos[ctx.AuthInfo].Token, id+"."+secret))
+			stat, err := exec.Command("debugfs", "-R", "stat /"+BootstrapFile, fmt.Sprintf("%s?offset=%d", o.Disk, int64(parts[1].Start)*512)).Output()
+			assert.NilError(t, err)
+			assert.Check(t, is.Contains(string(stat), "Mode:  0600"))
 
 			// The slot store: A holds the release, B is empty.
 			slotsPart := parts[2]

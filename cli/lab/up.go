@@ -22,6 +22,7 @@ import (
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/slots"
@@ -297,8 +298,8 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	// applied to the cluster.
 	endpoint, source := cp.Server, st.Channel
 	if o.vm {
-		endpoint = "https://" + hostFromVM + ":" + portOf(cp.Server)
-		source = fmt.Sprintf("http://%s:%d", hostFromVM, port)
+		endpoint = cp.ServerFromVM()
+		source = fmt.Sprintf("http://%s:%d", qemu.HostAddress, port)
 	}
 	docs := fleetDocuments(o, endpoint, source, version, digest)
 	docsFile := filepath.Join(dir, "fleet.yaml")
@@ -328,7 +329,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	for i, n := range names {
 		if o.vm {
 			m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Dir: filepath.Join(dir, "machines", n)}
-			if err := installVM(ctx, m, st.ChannelDir, version, layerFile, log); err != nil {
+			if err := installVM(ctx, m, st.ChannelDir, version, layerFile); err != nil {
 				return fmt.Errorf("installing machine %s: %w", n, err)
 			}
 			st.Machines = append(st.Machines, m)
@@ -397,11 +398,6 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	return nil
 }
 
-// portOf returns the port of a URL such as https://127.0.0.1:6443.
-func portOf(url string) string {
-	return url[strings.LastIndex(url, ":")+1:]
-}
-
 // shellQuote quotes s for a POSIX shell, so that eval "$(liken lab up)"
 // sets the path whatever it holds (spaces, $, quotes).
 func shellQuote(s string) string {
@@ -424,8 +420,9 @@ func derefAll(ps []*controlplane.Process) []controlplane.Process {
 }
 
 // installManifests applies liken's manifests (embedded in liken) and waits
-// for the CRDs. Without cluster-operator's Deployment: the lab runs its
-// copies on this computer (a VM lab's kubelets would try to run it).
+// for the CRDs. A VM lab leaves out cluster-operator's Deployment: the lab
+// runs its copies on this computer, and the machines' real kubelets would
+// try to run it.
 func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir string, vm bool) error {
 	mdir := filepath.Join(dir, "manifests")
 	if err := os.MkdirAll(mdir, 0o755); err != nil {

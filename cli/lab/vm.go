@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,26 +15,30 @@ import (
 	"liken.sh/liken/cli/install"
 	"liken.sh/liken/cli/lab/controlplane"
 	clirelease "liken.sh/liken/cli/release"
+	"liken.sh/liken/image"
 	"liken.sh/liken/internal/qemu"
+	"liken.sh/liken/release"
 )
 
 // The VM lab (liken lab up --vm): each machine is a QEMU virtual machine
 // booting a disk written by liken install with liken's OS image (make
 // image). It reaches the control plane and the channel on the host through
-// QEMU's user network, where the host's loopback is hostFromVM.
-const hostFromVM = "10.0.2.2"
+// QEMU's user network, at qemu.HostAddress.
 
-// vmMemoryMiB is each virtual machine's memory: systemd, containerd,
-// kubelet and liken-node.
-const vmMemoryMiB = 1536
+// VMHardware is what each virtual machine of a fleet of machines gets:
+// 1.5 GiB for systemd, containerd, kubelet and liken-node; two CPUs alone,
+// one each in a fleet, since every emulated CPU keeps a host core busy.
+func VMHardware(machines int) qemu.Hardware {
+	hw := qemu.Hardware{MemoryMiB: 1536, CPUs: 2, Network: true}
+	if machines > 1 {
+		hw.CPUs = 1
+	}
+	return hw
+}
 
 // vmDiskSize is each virtual machine's disk: two releases, the node
 // agent's images and state.
 const vmDiskSize = 4 << 30
-
-// OSImageFiles are the files make image writes, which a release of the OS
-// image publishes.
-var OSImageFiles = []string{"rootfs.squashfs", "vmlinuz", "initrd.img", "packages.txt"}
 
 // osImageDir finds make image's output in the liken source tree, building
 // it with make image when it is missing.
@@ -45,7 +48,7 @@ func osImageDir(log io.Writer) (string, error) {
 		return "", errors.New("liken lab up --vm runs liken's OS image from a liken source tree (make image writes it to _output/image): run it there")
 	}
 	dir := filepath.Join(src, "_output", "image")
-	for _, f := range OSImageFiles {
+	for _, f := range image.Files {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			continue
 		}
@@ -73,7 +76,7 @@ func PublishOSImage(imageDir, channelDir, work, version string, change func(root
 		return nil, err
 	}
 	defer os.RemoveAll(root)
-	if out, err := exec.Command("unsquashfs", "-no-progress", "-d", root, filepath.Join(imageDir, "rootfs.squashfs")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("unsquashfs", "-no-progress", "-d", root, filepath.Join(imageDir, image.RootFS)).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("unpacking the OS image: %v\n%s", err, out)
 	}
 	if err := os.WriteFile(filepath.Join(root, imageReleaseFile), []byte("VERSION="+version+"\n"), 0o644); err != nil {
@@ -93,11 +96,7 @@ func PublishOSImage(imageDir, channelDir, work, version string, change func(root
 	}
 	return clirelease.Build(clirelease.BuildOptions{
 		Image: img, Channel: channelDir, Version: version,
-		Artifacts: []string{
-			"boot/vmlinuz=" + filepath.Join(imageDir, "vmlinuz"),
-			"boot/initrd.img=" + filepath.Join(imageDir, "initrd.img"),
-			"packages.txt=" + filepath.Join(imageDir, "packages.txt"),
-		},
+		Artifacts: image.ArtifactFlags(imageDir),
 	}, clock.RealClock{})
 }
 
@@ -128,7 +127,7 @@ func publishVM(st *State, fault string) (version, digest string, err error) {
 		return "", "", err
 	}
 	if fault == FaultCorrupt {
-		if err := corrupt(filepath.Join(st.ChannelDir, version, "rootfs.squashfs")); err != nil {
+		if err := corrupt(filepath.Join(st.ChannelDir, version, release.RootfsPath)); err != nil {
 			return "", "", err
 		}
 	}
@@ -145,13 +144,13 @@ func vmTools(log io.Writer) (*qemu.Tools, error) {
 }
 
 // installVM writes the machine's disk with liken install.
-func installVM(ctx context.Context, m MachineInfo, channelDir, version, layerFile string, log io.Writer) error {
+func installVM(ctx context.Context, m MachineInfo, channelDir, version, layerFile string) error {
 	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
 		return err
 	}
 	_, err := install.Install(ctx, install.Options{
 		Disk: filepath.Join(m.Dir, vmDisk), Release: filepath.Join(channelDir, version), Layer: layerFile,
-		Machine: m.Name, Size: vmDiskSize, TempDir: m.Dir, HTTPClient: http.DefaultClient,
+		Machine: m.Name, Size: vmDiskSize, TempDir: m.Dir,
 	})
 	return err
 }
@@ -166,13 +165,8 @@ func startVM(st *State, m *MachineInfo) (*controlplane.Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	hw := qemu.Hardware{MemoryMiB: vmMemoryMiB, CPUs: 2, Network: true}
-	if len(st.Machines) > 1 {
-		// Each emulated CPU keeps a host core busy.
-		hw.CPUs = 1
-	}
 	args := append([]string{"LD_LIBRARY_PATH=" + tools.LibraryPath(), tools.Tool("qemu-system-x86_64")},
-		tools.Args(filepath.Join(m.Dir, vmDisk), hw, "stdio")...)
+		tools.Args(filepath.Join(m.Dir, vmDisk), VMHardware(len(st.Machines)), "stdio")...)
 	p, err := controlplane.StartProcess("/usr/bin/env", args, filepath.Join(m.Dir, machineLog), true)
 	if err != nil {
 		return nil, err

@@ -25,15 +25,12 @@ type VM struct {
 	logFile *os.File
 }
 
-// Hardware is a virtual machine's size and network.
-type Hardware = qemu.Hardware
-
 // BootTest is the hardware of the boot tests: 512 MiB, one CPU, no
 // network.
-var BootTest = Hardware{MemoryMiB: 512, CPUs: 1}
+var BootTest = qemu.Hardware{MemoryMiB: 512, CPUs: 1}
 
 // Start boots disk on hw. The console is also copied to logPath.
-func (k *Kit) Start(disk, logPath string, hw Hardware) (*VM, error) {
+func (k *Kit) Start(disk, logPath string, hw qemu.Hardware) (*VM, error) {
 	cmd := k.Command("qemu-system-x86_64", k.Args(disk, hw, "stdio")...)
 	cmd.Stdin = nil
 	logFile, err := os.Create(logPath)

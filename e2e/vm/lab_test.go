@@ -21,6 +21,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	boote2e "liken.sh/liken/e2e/boot"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 )
 
@@ -31,10 +32,7 @@ import (
 func TestLabUpVM(t *testing.T) {
 	repo, err := boote2e.RepoRoot()
 	assert.NilError(t, err)
-	bin := os.Getenv("LIKEN_BIN")
-	if bin == "" {
-		bin = filepath.Join(repo, "_output", "bin")
-	}
+	bin := filepath.Dir(fleetsim.Binary(t, "liken"))
 	env := append(os.Environ(), "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin, "LIKEN_LAB_STARTUP_GRACE=2s")
 	liken := func(args ...string) string {
 		t.Helper()

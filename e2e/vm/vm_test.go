@@ -8,11 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,21 +31,12 @@ import (
 	"liken.sh/liken/cli/layer"
 	clirelease "liken.sh/liken/cli/release"
 	boote2e "liken.sh/liken/e2e/boot"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/image"
+	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/node/boot/diskimage"
 )
-
-// machineHardware is what each virtual machine gets: kubelet, containerd
-// and liken-node need more than the boot tests' init. One machine gets two
-// CPUs; in a fleet each gets one, since every emulated CPU is a busy host
-// thread and the host has two cores.
-func machineHardware(fleet int) boote2e.Hardware {
-	cpus := 2
-	if fleet > 1 {
-		cpus = 1
-	}
-	return boote2e.Hardware{MemoryMiB: 1536, CPUs: cpus, Network: true}
-}
 
 // lab is a control plane on the host, a release channel served over HTTP,
 // and the OS image published in it.
@@ -74,7 +63,7 @@ func newLab(t *testing.T) *lab {
 	repo, err := boote2e.RepoRoot()
 	assert.NilError(t, err)
 	l := &lab{t: t, dir: t.TempDir(), image: filepath.Join(repo, "_output", "image")}
-	for _, f := range clilab.OSImageFiles {
+	for _, f := range image.Files {
 		if _, err := os.Stat(filepath.Join(l.image, f)); err != nil {
 			t.Fatalf("the OS image is not built (%v): run make image, which make test runs first", err)
 		}
@@ -116,16 +105,18 @@ func newLab(t *testing.T) *lab {
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
 	assert.NilError(t, err)
 	// QEMU's user network takes the machines to the host's loopback.
-	l.source = "http://10.0.2.2:" + port
+	l.source = "http://" + qemu.HostAddress + ":" + port
 	return l
 }
 
 // fleet writes the Cluster on rel and the machines (the first a leader)
 // to the API and into a layer, and returns the layer's path.
 func (l *lab) fleet(rel *clirelease.Result, machines ...string) string {
-	_, port, err := net.SplitHostPort(strings.TrimPrefix(l.cp.Server, "https://"))
-	assert.NilError(l.t, err)
 	l.machines = len(machines)
+	disruption := "{maxUnavailable: 1}"
+	if l.trialTimeout > 0 {
+		disruption = fmt.Sprintf("{maxUnavailable: 1, trialTimeout: %s}", l.trialTimeout)
+	}
 	docs := fmt.Sprintf(`apiVersion: liken.sh/v1alpha1
 kind: Cluster
 metadata: {name: vm}
@@ -134,12 +125,9 @@ spec:
   releases:
     source: %s
     catalog: [{version: %q, digest: %q}]
-  network: {endpoint: "https://10.0.2.2:%s"}
-  disruption: {maxUnavailable: 1}
-`, rel.Version, l.source, rel.Version, rel.Digest, port)
-	if l.trialTimeout > 0 {
-		docs = strings.Replace(docs, "{maxUnavailable: 1}", fmt.Sprintf("{maxUnavailable: 1, trialTimeout: %s}", l.trialTimeout), 1)
-	}
+  network: {endpoint: %q}
+  disruption: %s
+`, rel.Version, l.source, rel.Version, rel.Digest, l.cp.ServerFromVM(), disruption)
 	for i, m := range machines {
 		role := likenv1.RoleWorker
 		if i == 0 {
@@ -188,7 +176,7 @@ func (l *lab) install(name, layerFile string, rel *clirelease.Result) *vm {
 func (m *vm) powerOn() {
 	m.boots++
 	m.log = filepath.Join(m.l.dir, fmt.Sprintf("%s-console-%d.log", m.name, m.boots))
-	q, err := m.l.kit.Start(m.disk, m.log, machineHardware(m.l.machines))
+	q, err := m.l.kit.Start(m.disk, m.log, clilab.VMHardware(m.l.machines))
 	assert.NilError(m.l.t, err)
 	m.qemu = q
 	m.l.t.Cleanup(func() {
@@ -263,32 +251,7 @@ func (l *lab) moveTo(rel *clirelease.Result) {
 // startOperator runs cluster-operator on the host, as the machines'
 // control plane does for now.
 func (l *lab) startOperator() {
-	dir := os.Getenv("LIKEN_BIN")
-	if dir == "" {
-		repo, err := boote2e.RepoRoot()
-		assert.NilError(l.t, err)
-		dir = filepath.Join(repo, "_output", "bin")
-	}
-	bin := filepath.Join(dir, "cluster-operator")
-	if _, err := os.Stat(bin); err != nil {
-		l.t.Fatalf("cluster-operator not found at %s: run make build or set LIKEN_BIN (%v)", bin, err)
-	}
-	logPath := filepath.Join(l.dir, "operator.log")
-	logFile, err := os.Create(logPath)
-	assert.NilError(l.t, err)
-	cmd := exec.Command(bin, "--kubeconfig", l.cp.OperatorKubeconfig, "--identity", "op-1",
-		"--metrics-bind-address", "0", "--startup-grace", "2s", "-v", "2")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	assert.NilError(l.t, cmd.Start())
-	logFile.Close()
-	l.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if l.t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			l.t.Logf("===== cluster-operator =====\n%s", tail(string(b), 15000))
-		}
-	})
+	fleetsim.StartOperator(l.t, l.cp, "op-1", "--startup-grace", "2s")
 }
 
 // waitRelease waits until every machine reports running version from

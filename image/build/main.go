@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"liken.sh/liken/image"
 	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/image/oci"
 )
@@ -150,7 +151,7 @@ func (b *builder) run() error {
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
 		return err
 	}
-	for _, f := range []string{"rootfs.squashfs", "vmlinuz", "initrd.img", "packages.txt"} {
+	for _, f := range image.Files {
 		if err := os.Remove(filepath.Join(b.out, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -173,17 +174,17 @@ func (b *builder) run() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(b.out, "initrd.img"), initrd, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(b.out, image.Initramfs), initrd, 0o644); err != nil {
 		return err
 	}
-	if err := os.Rename(kernel, filepath.Join(b.out, "vmlinuz")); err != nil {
+	if err := os.Rename(kernel, filepath.Join(b.out, image.Kernel)); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(b.out, "packages.txt"), packages, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(b.out, image.Packages), packages, 0o644); err != nil {
 		return err
 	}
 	b.step("Compressing the root into rootfs.squashfs (%s)", squashfsCompressor)
-	squash := filepath.Join(b.out, "rootfs.squashfs")
+	squash := filepath.Join(b.out, image.RootFS)
 	if err := run("", "mksquashfs", root, squash+".tmp", "-noappend", "-comp", squashfsCompressor, "-quiet", "-no-progress"); err != nil {
 		return err
 	}
@@ -193,15 +194,15 @@ func (b *builder) run() error {
 	if err := os.RemoveAll(work); err != nil {
 		return err
 	}
-	for _, f := range []string{"rootfs.squashfs", "vmlinuz", "initrd.img"} {
+	for _, f := range image.Files {
 		st, err := os.Stat(filepath.Join(b.out, f))
 		if err != nil {
 			return err
 		}
 		b.step("%s: %.1f MiB", filepath.Join(b.out, f), float64(st.Size())/(1<<20))
 	}
-	b.step("Image %s built. Publish it with:\n  liken release %s --channel DIR --version %s --artifact boot/vmlinuz=%s --artifact boot/initrd.img=%s --artifact packages.txt=%s",
-		b.version, squash, b.version, filepath.Join(b.out, "vmlinuz"), filepath.Join(b.out, "initrd.img"), filepath.Join(b.out, "packages.txt"))
+	b.step("Image %s built. Publish it with:\n  liken release %s --channel DIR --version %s --artifact %s",
+		b.version, squash, b.version, strings.Join(image.ArtifactFlags(b.out), " --artifact "))
 	return nil
 }
 
@@ -361,7 +362,7 @@ func takeKernel(root, work string) (kernel, modulesDir string, err error) {
 		return "", "", fmt.Errorf("the Debian root holds %d kernels, want 1", len(matches))
 	}
 	ver := strings.TrimPrefix(filepath.Base(matches[0]), "vmlinuz-")
-	kernel = filepath.Join(work, "vmlinuz")
+	kernel = filepath.Join(work, image.Kernel)
 	if err := os.Rename(matches[0], kernel); err != nil {
 		return "", "", err
 	}

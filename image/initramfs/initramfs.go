@@ -2,15 +2,19 @@
 package initramfs
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ResolveModules returns the files of the named kernel modules under
@@ -165,6 +169,37 @@ func (a *Archive) Modules(files []string) error {
 	}
 	a.File("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
 	return nil
+}
+
+// LoadModules loads, in an init, the modules an archive's Modules listed:
+// the files under /lib/modules named in /modules.order, in order. An
+// archive without modules loads none; a module already loaded is fine.
+func LoadModules() error {
+	f, err := os.Open("/modules.order")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		if name == "" {
+			continue
+		}
+		m, err := os.Open(filepath.Join("/lib/modules", name))
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(m.Fd()), "", 0)
+		m.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return sc.Err()
 }
 
 // Gzip ends the archive and returns it gzip-compressed. Compressed, GRUB

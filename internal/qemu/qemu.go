@@ -117,13 +117,17 @@ func (t *Tools) Command(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// HostAddress is the host as a machine on QEMU's user network sees it:
+// its connections to HostAddress reach the host's loopback.
+const HostAddress = "10.0.2.2"
+
 // Hardware is a virtual machine's size and network.
 type Hardware struct {
 	// MemoryMiB and CPUs size the machine.
 	MemoryMiB, CPUs int
 	// Network gives it one virtio port on QEMU's user network, where the
-	// host is 10.0.2.2 (its loopback) and DHCP gives the machine
-	// 10.0.2.15. Without it the machine has no network.
+	// host is HostAddress and DHCP gives the machine 10.0.2.15. Without it
+	// the machine has no network.
 	Network bool
 }
 

@@ -41,10 +41,9 @@ func WatchdogInterval() time.Duration {
 	return time.Duration(usec) * time.Microsecond / 2
 }
 
-// Keepalive sends WATCHDOG=1 every interval while alive reports true, until
-// ctx ends. A process whose alive check fails stops answering, and the
-// service manager restarts it.
-func Keepalive(ctx context.Context, interval time.Duration, alive func() bool) {
+// Keepalive sends WATCHDOG=1 every interval until ctx ends. A process
+// that hangs stops answering, and the service manager restarts it.
+func Keepalive(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		return
 	}
@@ -55,9 +54,7 @@ func Keepalive(ctx context.Context, interval time.Duration, alive func() bool) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if alive() {
-				_ = Notify("WATCHDOG=1")
-			}
+			_ = Notify("WATCHDOG=1")
 		}
 	}
 }

@@ -41,6 +41,18 @@ const NodeGroup = "system:nodes"
 // User is the user name machine authenticates as.
 func User(machine string) string { return "system:node:" + machine }
 
+// BootstrapKubeconfig is the kubeconfig a machine joins with: the API
+// server, the CA it serves with, and the bootstrap token (<id>.<secret>).
+// kubelet and liken-node read it as their --bootstrap-kubeconfig.
+func BootstrapKubeconfig(server string, caPEM []byte, token string) clientcmdapi.Config {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos["join"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "join"}
+	cfg.CurrentContext = "liken"
+	return *cfg
+}
+
 // Options says who joins, with what, and where its credentials go.
 type Options struct {
 	// Machine is the machine's name, the name of its Node.

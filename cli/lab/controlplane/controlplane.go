@@ -32,6 +32,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/node/join"
 )
 
@@ -115,6 +116,12 @@ type Process struct {
 	Started string `json:"started,omitempty"`
 
 	cmd *exec.Cmd
+}
+
+// ServerFromVM is the API server's URL as virtual machines on QEMU's user
+// network reach it (its certificate names that address too).
+func (cp *ControlPlane) ServerFromVM() string {
+	return "https://" + qemu.HostAddress + cp.Server[strings.LastIndex(cp.Server, ":"):]
 }
 
 // ProcessStart is what Process.Started records of the running process

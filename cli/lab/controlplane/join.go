@@ -97,12 +97,7 @@ func retry(ctx context.Context, f func() error) error {
 }
 
 func (cp *ControlPlane) bootstrapKubeconfig() clientcmdapi.Config {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: cp.Server, CertificateAuthorityData: cp.caPEM}
-	cfg.AuthInfos["join"] = &clientcmdapi.AuthInfo{Token: cp.joinToken}
-	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "join"}
-	cfg.CurrentContext = "liken"
-	return *cfg
+	return join.BootstrapKubeconfig(cp.Server, cp.caPEM, cp.joinToken)
 }
 
 // BootstrapKubeconfig is the path of the kubeconfig that carries the join

@@ -17,12 +17,14 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"liken.sh/liken/internal/qemu"
 )
 
 // hostFromQEMU is the host's address on QEMU's user network: virtual
 // machines reach the host's loopback through it, so the API server's
 // certificate names it.
-var hostFromQEMU = net.ParseIP("10.0.2.2")
+var hostFromQEMU = net.ParseIP(qemu.HostAddress)
 
 // writePKI writes the CA (Options.CA, or a throw-away one), the API
 // server's serving certificate (for 127.0.0.1, localhost and

@@ -15,7 +15,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"time"
 	"unsafe"
 
+	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/node/boot"
 )
 
@@ -82,7 +82,7 @@ func main() {
 	if b, err := os.ReadFile("/scenario"); err == nil {
 		scenario = strings.TrimSpace(string(b))
 	}
-	if err := loadModules("/modules.order"); err != nil {
+	if err := initramfs.LoadModules(); err != nil {
 		fail("loading modules: %v", err)
 	}
 	if err := waitFor(bootDev, 30*time.Second); err != nil {
@@ -184,46 +184,6 @@ func uptime() string {
 	}
 	return f[0] + "s"
 }
-
-// loadModules loads the kernel modules listed (dependencies first).
-func loadModules(list string) error {
-	f, err := os.Open(list)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name := strings.TrimSpace(sc.Text())
-		if name == "" {
-			continue
-		}
-		if err := finitModule(filepath.Join("/lib/modules", name)); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return sc.Err()
-}
-
-func finitModule(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	params := []byte{0}
-	_, _, errno := syscall.Syscall(sysFinitModule, f.Fd(), uintptr(unsafe.Pointer(&params[0])), 0)
-	if errno != 0 && errno != syscall.EEXIST {
-		return errno
-	}
-	return nil
-}
-
-// sysFinitModule is finit_module(2) on amd64.
-const sysFinitModule = 313
 
 func waitFor(path string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)

@@ -2,7 +2,7 @@
 //
 // Steps, each printed on the console as a line starting with "liken-boot:":
 //
-//  1. load the kernel modules listed in /modules.order (the disk, its file
+//  1. load the kernel modules the archive lists (the disk, its file
 //     systems, squashfs, loop, overlay and the watchdog);
 //  2. on a trial boot (liken.trial=1), arm the watchdog: from here on a
 //     hang anywhere (kernel, service manager, liken-node) resets the
@@ -23,7 +23,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -34,6 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/node/boot"
 )
 
@@ -93,7 +93,7 @@ func run() error {
 		return err
 	}
 	say("booting slot %s (trial %t)", slot, trial)
-	if err := loadModules("/modules.order"); err != nil {
+	if err := initramfs.LoadModules(); err != nil {
 		return fmt.Errorf("loading kernel modules: %w", err)
 	}
 	if trial {
@@ -111,36 +111,6 @@ func run() error {
 	}
 	say("root of slot %s mounted in %s; starting /sbin/init", slot, time.Since(start).Round(time.Millisecond))
 	return switchRoot()
-}
-
-// loadModules loads the modules listed in order (names relative to
-// /lib/modules), dependencies first.
-func loadModules(list string) error {
-	f, err := os.Open(list)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name := strings.TrimSpace(sc.Text())
-		if name == "" {
-			continue
-		}
-		m, err := os.Open(filepath.Join("/lib/modules", name))
-		if err != nil {
-			return err
-		}
-		err = unix.FinitModule(int(m.Fd()), "", 0)
-		m.Close()
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return sc.Err()
 }
 
 // armWatchdog opens the watchdog, sets its timeout and closes it without

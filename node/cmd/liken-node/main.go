@@ -191,7 +191,7 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 	if err := sdnotify.Notify("READY=1"); err != nil {
 		log.Error(err, "Telling the service manager that liken-node is ready")
 	}
-	go sdnotify.Keepalive(ctx, sdnotify.WatchdogInterval(), func() bool { return true })
+	go sdnotify.Keepalive(ctx, sdnotify.WatchdogInterval())
 	return d.Run(ctx)
 }
 
