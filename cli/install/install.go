@@ -2,6 +2,7 @@
 package install
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -69,8 +70,9 @@ func NewCommand() *cobra.Command {
 		Long: `Write a liken machine's disk: an image file (created or resized) or a block
 device (all of it is overwritten). The disk gets an MBR partition table
 with GRUB for BIOS, a boot partition (grub.cfg, the boot state with slot A
-proven, and slot A's kernel and initramfs), the deployment layer and the
-name of the machine, and the slot store: slot A holds the release, slot B
+proven, and slot A's kernel and initramfs), the deployment layer (a
+worker's without the identity's private keys: it joins with the token and
+never signs) and the name of the machine, and the slot store: slot A holds the release, slot B
 is empty until the first upgrade.
 
 The release must be one the layer's Cluster catalogues: its release.yaml is
@@ -197,7 +199,11 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 			o.Machine, o.Layer, listOrNone(names))
 	}
 	cluster := lay.Cluster.Cluster
-	step("Layer %s: Cluster %s, machine %s", o.Layer, cluster.Name, o.Machine)
+	keys := "the identity's private keys, as a leader's disk carries them"
+	if lay.Machine(o.Machine).Spec.Role != v1alpha1.RoleLeader {
+		keys = "no private keys: a worker's disk carries only the certificates and the join token"
+	}
+	step("Layer %s: Cluster %s, machine %s (%s)", o.Layer, cluster.Name, o.Machine, keys)
 
 	// 2. The release, against the Cluster's catalog.
 	ref := o.Release
@@ -285,7 +291,7 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	if err := writeBootTree(trees[BootLabel]); err != nil {
 		return nil, err
 	}
-	if err := writeLayerTree(trees[LayerLabel], o.Layer, lay, o.Machine); err != nil {
+	if err := writeLayerTree(trees[LayerLabel], lay, o.Machine); err != nil {
 		return nil, err
 	}
 
@@ -412,15 +418,20 @@ func writeBootTree(dir string) error {
 	return nil
 }
 
-// writeLayerTree writes the layer partition: the layer and the join
-// kubeconfig (readable by root only: they hold keys and the token) and the
-// machine's name.
-func writeLayerTree(dir, layerFile string, lay *layer.Layer, machine string) error {
-	b, err := os.ReadFile(layerFile)
+// writeLayerTree writes the layer partition: the layer as the machine
+// carries it (a worker's without private keys), the join kubeconfig
+// (readable by root only: they hold the token, and a leader's layer the
+// keys) and the machine's name.
+func writeLayerTree(dir string, lay *layer.Layer, machine string) error {
+	own, err := lay.ForMachine(machine)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, LayerFile), b, 0o600); err != nil {
+	var b bytes.Buffer
+	if err := own.Write(&b); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, LayerFile), b.Bytes(), 0o600); err != nil {
 		return err
 	}
 	join, err := BootstrapKubeconfig(lay)

@@ -57,8 +57,8 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// layer packs a layer whose Cluster catalogues entries, with machines
-// node-1 and node-2, and returns its path.
+// layer packs a layer whose Cluster catalogues entries, with the leader
+// node-1 and the worker node-2, and returns its path.
 func (f *fixture) layer(t *testing.T, catalog ...release.Target) string {
 	t.Helper()
 	var entries strings.Builder
@@ -79,19 +79,20 @@ spec:
 ---
 `, catalog[0].Version, entries.String())
 	for i, m := range []string{"node-1", "node-2"} {
+		role := map[int]string{0: "Leader", 1: "Worker"}[i]
 		docs += fmt.Sprintf(`apiVersion: liken.sh/v1alpha1
 kind: Machine
 metadata:
   name: %s
 spec:
   cluster: mycluster
-  role: Leader
+  role: %s
   rebootPolicy: Auto
   ports:
   - name: eth0
     addresses: [10.0.0.1%d/24]
 ---
-`, m, i+1)
+`, m, role, i+1)
 	}
 	parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
 	assert.Assert(t, is.Len(errs, 0), "%v", errs)
@@ -150,13 +151,20 @@ func partList(t *testing.T, disk string, p diskimage.Partition, dir string) []st
 // slot A, each file system checked by e2fsck.
 func TestInstallImage(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		http bool // the release from a channel on the web
-	}{{"release folder", false}, {"release URL", true}} {
+		name    string
+		http    bool // the release from a channel on the web
+		machine string
+		leader  bool
+	}{
+		{"leader, release folder", false, "node-1", true},
+		{"leader, release URL", true, "node-1", true},
+		{"worker, release folder", false, "node-2", false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			lay := f.layer(t, f.targets[v1], f.targets[v2])
 			o := f.options(t, lay)
+			o.Machine = tc.machine
 			if tc.http {
 				srv := httptest.NewServer(http.FileServer(http.Dir(f.channel)))
 				defer srv.Close()
@@ -205,16 +213,26 @@ func TestInstallImage(t *testing.T) {
 			assert.Check(t, bytes.Equal(partFile(t, o.Disk, boots, "/A/initrd.img"), f.files[release.InitrdPath]))
 			assert.Check(t, is.Len(partList(t, o.Disk, boots, "/B"), 0))
 
-			// The layer partition.
-			want, err := os.ReadFile(lay)
+			// The layer partition: a leader's holds the whole identity, a
+			// worker's the certificates and the join token, no private key.
+			l, err := layer.ReadFile(lay, layer.DefaultLimits)
 			assert.NilError(t, err)
-			assert.Check(t, bytes.Equal(partFile(t, o.Disk, parts[1], "/"+LayerFile), want))
-			assert.Check(t, is.Equal(string(partFile(t, o.Disk, parts[1], "/"+MachineFile)), "node-1\n"))
+			onDisk, err := layer.Read(bytes.NewReader(partFile(t, o.Disk, parts[1], "/"+LayerFile)), layer.DefaultLimits)
+			assert.NilError(t, err)
+			assert.Check(t, is.DeepEqual(onDisk.Cluster.YAML, l.Cluster.YAML))
+			assert.Check(t, is.Equal(onDisk.Identity.HasPrivateKeys(), tc.leader))
+			for name, b := range l.Identity.Files {
+				got, ok := onDisk.Identity.Files[name]
+				if strings.HasSuffix(name, ".key") && !tc.leader {
+					assert.Check(t, !ok, "a worker's disk holds the private key %s", name)
+					continue
+				}
+				assert.Check(t, ok && bytes.Equal(got, b), "%s on the disk differs from the layer's", name)
+			}
+			assert.Check(t, is.Equal(string(partFile(t, o.Disk, parts[1], "/"+MachineFile)), tc.machine+"\n"))
 			// What kubelet and liken-node join with: the Cluster's
 			// endpoint, the server CA, the join token's bootstrap token;
 			// readable by root only.
-			l, err := layer.ReadFile(lay, layer.DefaultLimits)
-			assert.NilError(t, err)
 			join, err := clientcmd.Load(partFile(t, o.Disk, parts[1], "/"+BootstrapFile))
 			assert.NilError(t, err)
 			id, secret, err := layer.BootstrapToken(l.Identity.Files[layer.TokenFile])

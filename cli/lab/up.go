@@ -346,7 +346,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		// Its liken-node joins with the join token at first boot and keeps
 		// its own credentials on its disk.
 		m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Kubeconfig: filepath.Join(mdir, machineDiskDir, machineKubeconfig), Dir: mdir}
-		if err := installMachine(ctx, m, st.ChannelDir, version, digest, layerFile); err != nil {
+		if err := installMachine(ctx, m, st.ChannelDir, version, digest, l); err != nil {
 			return fmt.Errorf("installing machine %s: %w", n, err)
 		}
 		st.Machines = append(st.Machines, m)
@@ -507,7 +507,7 @@ spec:
 // installMachine does what liken's installer does on a new machine: slot A
 // gets the first release, the boot state proves slot A, and the deployment
 // layer is written next to it.
-func installMachine(ctx context.Context, m MachineInfo, channelDir, version, digest, layerFile string) error {
+func installMachine(ctx context.Context, m MachineInfo, channelDir, version, digest string, lay *layer.Layer) error {
 	disk := filepath.Join(m.Dir, machineDiskDir)
 	bootDir := filepath.Join(m.Dir, machineBootDir)
 	for _, d := range []string{disk, bootDir} {
@@ -534,11 +534,11 @@ func installMachine(ctx context.Context, m MachineInfo, channelDir, version, dig
 	if err := os.WriteFile(filepath.Join(bootDir, "grub.cfg"), boot.GrubConfig(), 0o644); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(layerFile)
+	own, err := lay.ForMachine(m.Name)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(m.Dir, machineLayer), b, 0o600)
+	return own.WriteFile(filepath.Join(m.Dir, machineLayer), true)
 }
 
 // startMachine powers a machine on: its firmware process, in a session of

@@ -127,7 +127,11 @@ func (l *Layer) Write(w io.Writer) error {
 		}
 	}
 	for _, name := range IdentityFiles() {
-		if err := add(IdentityDir+name, l.Identity.Files[name]); err != nil {
+		b, ok := l.Identity.Files[name]
+		if !ok {
+			continue // a worker's layer has no private keys
+		}
+		if err := add(IdentityDir+name, b); err != nil {
 			return err
 		}
 	}
@@ -474,4 +478,21 @@ func (l *Layer) Machine(name string) *v1alpha1.Machine {
 		}
 	}
 	return nil
+}
+
+// ForMachine returns the layer as the named machine's disk carries it. A
+// leader gets the whole layer; a worker gets it without the identity's
+// private keys, so that a stolen worker disk cannot sign certificates or
+// service-account tokens. It fails when the layer has no such machine.
+func (l *Layer) ForMachine(name string) (*Layer, error) {
+	m := l.Machine(name)
+	if m == nil {
+		return nil, fmt.Errorf("the layer has no Machine %q", name)
+	}
+	if m.Spec.Role == v1alpha1.RoleLeader {
+		return l, nil
+	}
+	out := *l
+	out.Identity = l.Identity.WithoutPrivateKeys()
+	return &out, nil
 }

@@ -364,3 +364,43 @@ func FuzzReadLayer(f *testing.F) {
 		}
 	})
 }
+
+// TestLayerForMachine: a worker's disk carries the layer without a private
+// key, reads back as a valid layer, and an archive missing only some keys
+// is still refused.
+func TestLayerForMachine(t *testing.T) {
+	l := fixtureLayer(t)
+	for _, tc := range []struct {
+		machine  string
+		withKeys bool
+	}{{"node-1", true}, {"node-4", false}, {"node-5", false}} {
+		t.Run(tc.machine, func(t *testing.T) {
+			own, err := l.ForMachine(tc.machine)
+			assert.NilError(t, err)
+			got, err := Read(bytes.NewReader(archiveBytes(t, own)), DefaultLimits)
+			assert.NilError(t, err)
+			assert.Equal(t, got.Identity.HasPrivateKeys(), tc.withKeys)
+			assert.Equal(t, len(got.Machines), len(l.Machines))
+			for name, b := range l.Identity.Files {
+				kept, ok := got.Identity.Files[name]
+				if strings.HasSuffix(name, ".key") && !tc.withKeys {
+					assert.Check(t, !ok, "%s kept on a worker", name)
+					continue
+				}
+				assert.Check(t, ok && bytes.Equal(kept, b), "%s", name)
+			}
+			var out bytes.Buffer
+			assert.NilError(t, got.Describe(&out, "layer.tgz", false))
+			assert.Check(t, is.Equal(strings.Contains(out.String(), "service.key"), tc.withKeys), out.String())
+			assert.Check(t, is.Equal(strings.Contains(out.String(), "no private key"), !tc.withKeys), out.String())
+		})
+	}
+	// The worker's copy leaves the whole layer untouched.
+	assert.Assert(t, l.Identity.HasPrivateKeys())
+
+	_, err := l.ForMachine("node-9")
+	assert.ErrorContains(t, err, `no Machine "node-9"`)
+
+	_, err = Read(bytes.NewReader(craft(t, without(validMembers(t), IdentityDir+"client-ca.key")...)), DefaultLimits)
+	assert.ErrorContains(t, err, "client-ca.key is missing")
+}

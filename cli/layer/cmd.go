@@ -244,7 +244,11 @@ func (l *Layer) Describe(w io.Writer, name string, documents bool) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%d\n", m.Name, m.Spec.Role, m.Spec.RebootPolicy, portNames(m), len(m.Spec.Disks), len(m.Spec.KernelModules))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "Identity:")
+	if l.Identity.HasPrivateKeys() {
+		fmt.Fprintln(w, "Identity:")
+	} else {
+		fmt.Fprintln(w, "Identity:  certificates and join token only, no private key (a worker's copy: it can join, never sign)")
+	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  FILE\tKIND\tDETAIL\tSHA256")
 	for _, fp := range l.Identity.Fingerprints() {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -65,6 +66,16 @@ func IdentityFiles() []string {
 		files = append(files, ca.CertFile(), ca.KeyFile())
 	}
 	return append(files, ServiceAccountKeyFile, TokenFile)
+}
+
+// privateKeyFiles lists the identity's private keys: the CAs' and the
+// service-account key.
+func privateKeyFiles() []string {
+	var files []string
+	for _, ca := range CAs {
+		files = append(files, ca.KeyFile())
+	}
+	return append(files, ServiceAccountKeyFile)
 }
 
 // isSecretFile reports whether an identity file must stay private (mode
@@ -301,13 +312,41 @@ func writeFileExclusive(p string, b []byte, mode os.FileMode) error {
 	return f.Close()
 }
 
+// HasPrivateKeys reports whether the identity holds any private key. A
+// leader's identity holds them all; a worker's holds none (see
+// WithoutPrivateKeys).
+func (id *Identity) HasPrivateKeys() bool {
+	for _, name := range privateKeyFiles() {
+		if _, ok := id.Files[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutPrivateKeys returns the identity a worker's disk carries: the CA
+// certificates and the join token, and no private key. A worker joins with
+// the token and trusts the certificates; it never signs anything.
+func (id *Identity) WithoutPrivateKeys() *Identity {
+	out := &Identity{Files: map[string][]byte{}}
+	for name, b := range id.Files {
+		if !slices.Contains(privateKeyFiles(), name) {
+			out.Files[name] = b
+		}
+	}
+	return out
+}
+
 // Verify checks that every file is present and well formed: each CA
 // certificate is a CA and its key matches it, the service-account key is a
-// private key, and the join token names the server CA.
+// private key, and the join token names the server CA. An identity without
+// any private key (a worker's) is complete with its certificates and token;
+// one with only some of its keys is not.
 func (id *Identity) Verify() error {
 	var errs []error
+	withKeys := id.HasPrivateKeys()
 	for _, name := range IdentityFiles() {
-		if _, ok := id.Files[name]; !ok {
+		if _, ok := id.Files[name]; !ok && (withKeys || !slices.Contains(privateKeyFiles(), name)) {
 			errs = append(errs, fmt.Errorf("%s is missing", name))
 		}
 	}
@@ -323,6 +362,9 @@ func (id *Identity) Verify() error {
 		if !cert.IsCA {
 			errs = append(errs, fmt.Errorf("%s: the certificate is not a CA (basic constraints CA:FALSE)", ca.CertFile()))
 		}
+		if !withKeys {
+			continue
+		}
 		key, err := parseKey(id.Files[ca.KeyFile()])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", ca.KeyFile(), err))
@@ -332,8 +374,10 @@ func (id *Identity) Verify() error {
 			errs = append(errs, fmt.Errorf("%s does not belong to %s: the key pair does not match", ca.KeyFile(), ca.CertFile()))
 		}
 	}
-	if _, err := parseKey(id.Files[ServiceAccountKeyFile]); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", ServiceAccountKeyFile, err))
+	if withKeys {
+		if _, err := parseKey(id.Files[ServiceAccountKeyFile]); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ServiceAccountKeyFile, err))
+		}
 	}
 	if err := checkToken(id.Files[TokenFile], id.Files["server-ca.crt"]); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", TokenFile, err))
@@ -430,7 +474,10 @@ func (id *Identity) Fingerprints() []Fingerprint {
 	var out []Fingerprint
 	certs := map[string]*x509.Certificate{}
 	for _, name := range IdentityFiles() {
-		b := id.Files[name]
+		b, ok := id.Files[name]
+		if !ok {
+			continue
+		}
 		fp := Fingerprint{File: name}
 		switch {
 		case name == TokenFile:
