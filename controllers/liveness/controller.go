@@ -77,7 +77,20 @@ type Controller struct {
 	queue    *worker.Queue
 	synced   []cache.InformerSynced
 
+	// verdicts orders Lost verdicts against turn decisions: a verdict is
+	// made and written under the write lock, a decision reads the
+	// machines and their silence under the read lock (Hold), and a
+	// machine's verdict stops counting as pending only under the write
+	// lock too. So a decision never reads a machine as alive from a view
+	// that a Lost write in flight is about to contradict.
+	verdicts sync.RWMutex
+
 	mu sync.Mutex
+	// pending holds, per machine whose Lost verdict is being made or was
+	// written, the resourceVersion of the Machine it overwrites: until the
+	// informer delivers a newer Machine, the cache may still show it alive,
+	// so Silent says it is down.
+	pending map[string]string
 	// seen is, per machine, the last time (on this copy's clock) its Lease
 	// changed, or it was first observed.
 	seen map[string]time.Time
@@ -98,6 +111,7 @@ func New(cfg Config) (*Controller, error) {
 		seen:     map[string]time.Time{},
 		value:    map[string]string{},
 		listed:   map[string]bool{},
+		pending:  map[string]string{},
 	}
 	c.queue = worker.New("liveness", cfg.Clock, c.sync)
 	c.synced = []cache.InformerSynced{cfg.Machines.Informer().HasSynced, cfg.Clusters.Informer().HasSynced, cfg.Leases.Informer().HasSynced}
@@ -161,7 +175,18 @@ func (c *Controller) Silent(name string, now time.Time) bool {
 	return c.silentLocked(name, now)
 }
 
+// Hold blocks Lost verdicts until the returned release is called. The turn
+// decision holds it while it reads the machines and asks Silent, so that
+// each machine it reads alive is not being written Lost at that moment.
+func (c *Controller) Hold() (release func()) {
+	c.verdicts.RLock()
+	return c.verdicts.RUnlock
+}
+
 func (c *Controller) silentLocked(name string, now time.Time) bool {
+	if _, ok := c.pending[name]; ok {
+		return true
+	}
 	seen, ok := c.seen[name]
 	if !ok || c.listed[name] || seen.Before(c.cfg.Term.Since) {
 		seen = c.cfg.Term.Since
@@ -246,6 +271,14 @@ func (c *Controller) observeMachine(obj any, initial bool) {
 	if !ok {
 		return
 	}
+	// The cache now holds what the verdict wrote, or something newer: a
+	// decision that reads the Machine sees it, and the mark can go.
+	c.mu.Lock()
+	rv, judged := c.pending[m.Name]
+	c.mu.Unlock()
+	if judged && rv != m.ResourceVersion {
+		c.endVerdict(m.Name, rv)
+	}
 	c.mu.Lock()
 	if _, ok := c.seen[m.Name]; !ok {
 		c.seen[m.Name] = c.observedAt(initial)
@@ -254,13 +287,28 @@ func (c *Controller) observeMachine(obj any, initial bool) {
 	c.queue.Add(m.Name)
 }
 
+// endVerdict drops the pending mark of a machine's verdict, if it is still
+// the one that overwrote resourceVersion rv.
+func (c *Controller) endVerdict(name, rv string) {
+	c.verdicts.Lock()
+	defer c.verdicts.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[name] == rv {
+		delete(c.pending, name)
+	}
+}
+
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
 	m, err := c.machines.Get(name)
 	if apierrors.IsNotFound(err) {
+		c.verdicts.Lock()
+		defer c.verdicts.Unlock()
 		c.mu.Lock()
 		delete(c.seen, name)
 		delete(c.value, name)
 		delete(c.listed, name)
+		delete(c.pending, name)
 		c.mu.Unlock()
 		return 0, nil
 	}
@@ -280,26 +328,12 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if wait := seen.Add(c.cfg.LostAfter).Sub(now); wait > 0 {
 		return wait, nil
 	}
-
-	// Before the verdict, read the Lease itself: a renewal may be on its
-	// way through the watch.
-	l, err := c.cfg.LeaseReader.Leases(LeaseNamespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return 0, fmt.Errorf("reading the Node Lease %s/%s of machine %s: %w", LeaseNamespace, name, name, err)
-	default:
-		if c.record(name, renewal(l)) {
-			return c.cfg.LostAfter, nil
-		}
+	written, err := c.writeLost(ctx, m, seen)
+	if err != nil {
+		return 0, err
 	}
-	if err := c.cfg.Term.Fence.Confirm(ctx, "writing machine "+name+" Lost"); err != nil {
-		return 0, fmt.Errorf("not writing machine %s Lost: %w", name, err)
-	}
-	lost := m.DeepCopy()
-	lost.Status.Phase = likenv1.MachineLost
-	if _, err := c.cfg.Writer.UpdateStatus(ctx, lost, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-		return 0, fmt.Errorf("writing machine %s Lost: %w", name, err)
+	if !written {
+		return c.cfg.LostAfter, nil
 	}
 	silent := now.Sub(seen).Round(time.Second)
 	note := fmt.Sprintf("The Node Lease %s/%s of machine %s was not renewed for %s, as seen by cluster-operator since %s: its kubelet sends no heartbeat. It reads Lost and counts against the disruption budget until it reports again. Check its power, its network and its kubelet (kubectl get node %s).",
@@ -313,4 +347,58 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		c.cfg.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
 	}
 	return 0, nil
+}
+
+// writeLost writes the machine Lost, unless its Lease turns out to be
+// renewed, and reports whether it did. judged is when the verdict last saw
+// the Lease renewed. From the Lease read to the write it
+// holds the verdict lock with the machine marked pending: a renewal seen
+// meanwhile cannot let a turn decision count the machine alive while its
+// Lost is being written. The mark stays after a write until the informer
+// delivers the written Machine (observeMachine).
+func (c *Controller) writeLost(ctx context.Context, m *likenv1.Machine, judged time.Time) (bool, error) {
+	name := m.Name
+	c.verdicts.Lock()
+	defer c.verdicts.Unlock()
+	c.mu.Lock()
+	c.pending[name] = m.ResourceVersion
+	c.mu.Unlock()
+	written := false
+	defer func() {
+		if !written {
+			c.mu.Lock()
+			delete(c.pending, name)
+			c.mu.Unlock()
+		}
+	}()
+	// Before the verdict, read the Lease itself: a renewal may be on its
+	// way through the watch.
+	l, err := c.cfg.LeaseReader.Leases(LeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false, fmt.Errorf("reading the Node Lease %s/%s of machine %s: %w", LeaseNamespace, name, name, err)
+	default:
+		if c.record(name, renewal(l)) {
+			return false, nil
+		}
+	}
+	// The informer may have delivered a renewal while the Lease was read
+	// (the read then shows the same renewal, and is no news to record).
+	c.mu.Lock()
+	heard := c.seen[name].After(judged)
+	c.mu.Unlock()
+	if heard {
+		return false, nil
+	}
+	if err := c.cfg.Term.Fence.Confirm(ctx, "writing machine "+name+" Lost"); err != nil {
+		return false, fmt.Errorf("not writing machine %s Lost: %w", name, err)
+	}
+	lost := m.DeepCopy()
+	lost.Status.Phase = likenv1.MachineLost
+	if _, err := c.cfg.Writer.UpdateStatus(ctx, lost, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return false, fmt.Errorf("writing machine %s Lost: %w", name, err)
+	}
+	written = true
+	return true, nil
 }

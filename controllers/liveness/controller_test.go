@@ -18,6 +18,7 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -41,6 +42,9 @@ type fixture struct {
 	recorder *events.FakeRecorder
 	metrics  *metrics.Metrics
 	fenceErr error
+	// onFence runs when the controller confirms its lease, just before
+	// it writes a verdict.
+	onFence func()
 
 	mu        sync.Mutex
 	recovered []string
@@ -101,7 +105,12 @@ func newFixtureWith(t *testing.T, su setup, likenObjs []runtime.Object, leases .
 		Metrics:     f.metrics,
 		Clock:       f.clock,
 		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
-			Fence: leadership.FenceFunc(func(context.Context, string) error { return f.fenceErr })},
+			Fence: leadership.FenceFunc(func(context.Context, string) error {
+				if f.onFence != nil {
+					f.onFence()
+				}
+				return f.fenceErr
+			})},
 		LostAfter: su.lostAfter,
 		Recovered: func(name string) {
 			f.mu.Lock()
@@ -338,4 +347,75 @@ func TestMachineAppearingLateIsJudgedFromThen(t *testing.T) {
 	})
 	assert.Equal(t, f.sync("late"), 40*time.Second)
 	assert.Assert(t, !strings.Contains(string(f.phase("late")), "Lost"))
+}
+
+// TestRenewalDuringTheVerdictKeepsTheMachineDown: the Lease is renewed
+// after the verdict read it stale and before the Lost write lands. From the
+// read until the informer delivers the written Machine, a turn decision
+// must not read the machine alive: either its cache shows Lost, or Silent
+// says it is down.
+func TestRenewalDuringTheVerdictKeepsTheMachineDown(t *testing.T) {
+	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")}, lease("a", tu.Epoch))
+	f.clock.Step(45 * time.Second)
+	var duringRead []string
+	f.onFence = func() {
+		// The verdict read the Lease stale; the renewal reaches the
+		// informer now, before the Lost write.
+		_, err := f.kube.CoordinationV1().Leases(LeaseNamespace).Update(f.ctx, lease("a", f.clock.Now()), metav1.UpdateOptions{})
+		assert.NilError(t, err)
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if seen, _ := f.ctrl.LastSeen("a"); seen.Equal(f.clock.Now()) {
+				return poll.Success()
+			}
+			return poll.Continue("renewal not observed")
+		})
+		m, err := f.ctrl.machines.Get("a")
+		assert.NilError(t, err)
+		if m.Status.Phase != likenv1.MachineLost && !f.ctrl.Silent("a", f.clock.Now()) {
+			duringRead = append(duringRead, "alive in the cache and not silent while its Lost verdict is being written")
+		}
+	}
+	assert.Equal(t, f.sync("a"), time.Duration(0))
+	assert.Equal(t, f.phase("a"), likenv1.MachineLost)
+	assert.DeepEqual(t, duringRead, []string(nil))
+	// The wake-up for the renewal came while the verdict was pending.
+	assert.DeepEqual(t, f.wokenFor(), []string{"a"})
+
+	// Until the cache shows Lost, the machine stays silent; after, the
+	// cache says Lost, and the fresh renewal makes it not silent.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		release := f.ctrl.Hold()
+		m, err := f.ctrl.machines.Get("a")
+		silent := f.ctrl.Silent("a", f.clock.Now())
+		release()
+		assert.NilError(t, err)
+		assert.Assert(t, m.Status.Phase == likenv1.MachineLost || silent, "a read alive while Lost was written")
+		if m.Status.Phase == likenv1.MachineLost && !silent {
+			return poll.Success()
+		}
+		return poll.Continue("cache shows %s, silent %v", m.Status.Phase, silent)
+	})
+}
+
+// TestRenewalDeliveredDuringTheLeaseReadIsNotMissed: the informer delivers
+// the renewal while the verdict reads the Lease, so the read shows what the
+// controller already holds. The machine is alive: no Lost.
+func TestRenewalDeliveredDuringTheLeaseReadIsNotMissed(t *testing.T) {
+	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")}, lease("a", tu.Epoch))
+	f.clock.Step(45 * time.Second)
+	f.reader.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		renewed := lease("a", f.clock.Now())
+		_, err := f.kube.CoordinationV1().Leases(LeaseNamespace).Update(f.ctx, renewed, metav1.UpdateOptions{})
+		assert.NilError(t, err)
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if seen, _ := f.ctrl.LastSeen("a"); seen.Equal(f.clock.Now()) {
+				return poll.Success()
+			}
+			return poll.Continue("renewal not observed")
+		})
+		return true, renewed, nil
+	})
+	assert.Equal(t, f.sync("a"), DefaultLostAfter)
+	assert.Equal(t, f.phase("a"), likenv1.MachineReady)
+	assert.Assert(t, !f.ctrl.Silent("a", f.clock.Now()))
 }

@@ -66,9 +66,11 @@ type StatusWriter interface {
 }
 
 // Liveness says whether a machine's heartbeat stopped (see
-// liveness.Controller.Silent).
+// liveness.Controller.Silent), and holds Lost verdicts back while a
+// decision reads the machines (liveness.Controller.Hold).
 type Liveness interface {
 	Silent(name string, now time.Time) bool
+	Hold() (release func())
 }
 
 // Config is what the turn controller needs.
@@ -198,6 +200,46 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return c.queue.Run(ctx, workers, c.synced...)
 }
 
+// observe reads the cluster's machines, their Nodes and which machines are
+// silent, as of one moment: Lost verdicts wait while it reads (see
+// Liveness.Hold), so no machine it reads alive is being written Lost.
+func (c *Controller) observe(cluster string) (machines []*likenv1.Machine, nodes map[string]Node, silent map[string]bool, now time.Time, err error) {
+	if c.cfg.Liveness != nil {
+		defer c.cfg.Liveness.Hold()()
+	}
+	machines, err = c.roster.MachinesOf(c.machines, cluster)
+	if err != nil {
+		return nil, nil, nil, time.Time{}, err
+	}
+	// Only machines that have a Node get an entry (no entry: no Node).
+	for _, m := range machines {
+		obj, exists, err := c.nodes.GetByKey(m.Name)
+		if err != nil {
+			return nil, nil, nil, time.Time{}, fmt.Errorf("reading the Node of machine %s: %w", m.Name, err)
+		}
+		n, ok := obj.(*corev1.Node)
+		if !exists || !ok {
+			continue
+		}
+		if nodes == nil {
+			nodes = make(map[string]Node, len(machines))
+		}
+		nodes[m.Name] = Node{State: fleet.StateOf(n), CordonedByLiken: fleet.CordonedByLiken(n), Heartbeat: fleet.ReadyHeartbeat(n), BootID: n.Status.NodeInfo.BootID}
+	}
+	now = c.cfg.Clock.Now()
+	if c.cfg.Liveness != nil {
+		for _, m := range machines {
+			if c.cfg.Liveness.Silent(m.Name, now) {
+				if silent == nil {
+					silent = map[string]bool{}
+				}
+				silent[m.Name] = true
+			}
+		}
+	}
+	return machines, nodes, silent, now, nil
+}
+
 // Sync decides once for the cluster named key (tests drive it directly).
 func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error) {
 	return c.sync(ctx, key)
@@ -216,39 +258,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 	cluster = c.latest(key, cluster)
-	machines, err := c.roster.MachinesOf(c.machines, cluster.Name)
+	machines, nodes, silent, now, err := c.observe(cluster.Name)
 	if err != nil {
 		return 0, err
 	}
 	countPhases(c.cfg.Metrics, cluster.Name, machines)
-	// Only machines that have a Node get an entry (no entry: no Node).
-	var nodes map[string]Node
-	for _, m := range machines {
-		obj, exists, err := c.nodes.GetByKey(m.Name)
-		if err != nil {
-			return 0, fmt.Errorf("reading the Node of machine %s: %w", m.Name, err)
-		}
-		n, ok := obj.(*corev1.Node)
-		if !exists || !ok {
-			continue
-		}
-		if nodes == nil {
-			nodes = make(map[string]Node, len(machines))
-		}
-		nodes[m.Name] = Node{State: fleet.StateOf(n), CordonedByLiken: fleet.CordonedByLiken(n), Heartbeat: fleet.ReadyHeartbeat(n), BootID: n.Status.NodeInfo.BootID}
-	}
-	now := c.cfg.Clock.Now()
-	var silent map[string]bool
-	if c.cfg.Liveness != nil {
-		for _, m := range machines {
-			if c.cfg.Liveness.Silent(m.Name, now) {
-				if silent == nil {
-					silent = map[string]bool{}
-				}
-				silent[m.Name] = true
-			}
-		}
-	}
 	d := Decide(Input{
 		Cluster:   cluster,
 		Machines:  machines,

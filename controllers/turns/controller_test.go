@@ -565,3 +565,47 @@ func TestControllerEventNotesAreBounded(t *testing.T) {
 		assert.Assert(t, len(note) <= 1024, "event note of %d bytes: %.80s", len(note), e)
 	}
 }
+
+// heldLiveness records when the decision asks about silence, and whether
+// it holds Lost verdicts back while it does.
+type heldLiveness struct {
+	held   bool
+	silent map[string]bool
+	log    []string
+}
+
+func (l *heldLiveness) Hold() func() {
+	l.held = true
+	l.log = append(l.log, "hold")
+	return func() { l.held = false; l.log = append(l.log, "release") }
+}
+
+func (l *heldLiveness) Silent(name string, _ time.Time) bool {
+	if !l.held {
+		l.log = append(l.log, "UNHELD "+name)
+	}
+	return l.silent[name]
+}
+
+// TestControllerReadsSilenceUnderTheLivenessHold: the decision asks which
+// machines are silent while Lost verdicts are held back, and counts a
+// silent machine as down: with maxUnavailable 1 and b silent, nothing is
+// granted.
+func TestControllerReadsSilenceUnderTheLivenessHold(t *testing.T) {
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease),
+		tu.Node("a", true), tu.Node("b", true))
+	live := &heldLiveness{silent: map[string]bool{"b": true}}
+	f.ctrl.cfg.Liveness = live
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, live.log, []string{"hold", "release"})
+	assert.Equal(t, f.stored("lab").Status.Turns, "")
+
+	live.silent = nil
+	f.refresh("lab")
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "a")
+}
