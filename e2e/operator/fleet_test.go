@@ -13,7 +13,9 @@ import (
 
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -438,4 +440,24 @@ func (r *ledgerRecorder) check(t *testing.T) int {
 	}
 	assert.Assert(t, len(problems) == 0, "the contract was broken:\n%s", strings.Join(problems, "\n"))
 	return len(r.clusters)
+}
+
+// serviceAccountToken creates the service account name in liken-system,
+// bound to the ClusterRole liken:metrics-reader when reader, and returns a
+// token for it (TokenRequest), as a metrics scraper in the cluster has.
+func (e *env) serviceAccountToken(name string, reader bool) string {
+	e.t.Helper()
+	_, err := e.kube.CoreV1().ServiceAccounts(likenv1.SystemNamespace).Create(e.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	assert.NilError(e.t, err)
+	if reader {
+		_, err := e.kube.RbacV1().ClusterRoleBindings().Create(e.ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "liken:metrics-reader:" + name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "liken:metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: likenv1.SystemNamespace}},
+		}, metav1.CreateOptions{})
+		assert.NilError(e.t, err)
+	}
+	tr, err := e.kube.CoreV1().ServiceAccounts(likenv1.SystemNamespace).CreateToken(e.ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	assert.NilError(e.t, err)
+	return tr.Status.Token
 }

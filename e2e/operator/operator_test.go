@@ -6,6 +6,7 @@ package operator
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,8 +232,14 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	for _, r := range []string{"TurnGranted", "TurnFinished", "MachineLost", "NewReleaseAvailable"} {
 		assert.Assert(t, reasons[r] > 0, "no %s event; events: %v", r, reasons)
 	}
-	code, body := op.Fetch(t, "/metrics")
-	assert.Equal(t, code, 200)
+	// /metrics answers only an identity the API server authorizes.
+	code, body := op.Fetch(t, "/metrics", "")
+	assert.Equal(t, code, http.StatusUnauthorized, body)
+	code, body = op.Fetch(t, "/metrics", e.serviceAccountToken("app", false))
+	assert.Equal(t, code, http.StatusForbidden, body)
+	assert.Assert(t, is.Contains(body, "system:serviceaccount:liken-system:app may not get /metrics: bind it to the ClusterRole liken:metrics-reader"))
+	code, body = op.Fetch(t, "/metrics", e.serviceAccountToken("prometheus", true))
+	assert.Equal(t, code, http.StatusOK, body)
 	for _, want := range []string{
 		`liken_operator_turns_granted_total{cluster="lab",reason="Reboot"} 2`,
 		`liken_operator_machines_lost_total{cluster="lab"} 1`,
@@ -243,7 +250,7 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 		assert.Assert(t, is.Contains(body, want))
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
-		code, body := op.Fetch(t, path)
+		code, body := op.Fetch(t, path, "")
 		assert.Equal(t, code, 200, fmt.Sprintf("%s: %s", path, body))
 	}
 	n := rec.check(t)

@@ -20,6 +20,8 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
@@ -99,7 +101,7 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 	var leading atomic.Bool
 	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	if o.MetricsAddr != "0" && o.MetricsAddr != "" {
-		srv, err := serve(ctx, o.MetricsAddr, m, watchdog, func() bool { return !leading.Load() || ready.Load() })
+		srv, err := serve(ctx, o.MetricsAddr, m, kube.AuthenticationV1(), kube.AuthorizationV1(), watchdog, func() bool { return !leading.Load() || ready.Load() })
 		if err != nil {
 			return err
 		}
@@ -282,10 +284,13 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	return first
 }
 
-// serve answers /metrics, /healthz and /readyz on addr.
-func serve(ctx context.Context, addr string, m *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor, isReady func() bool) (*http.Server, error) {
+// serve answers /metrics (to identities the API server authorizes) and
+// /healthz and /readyz (to anyone: the kubelet probes them, and they tell
+// nothing about the fleet) on addr.
+func serve(ctx context.Context, addr string, m *metrics.Metrics, authn authenticationv1client.TokenReviewsGetter, authz authorizationv1client.SubjectAccessReviewsGetter,
+	watchdog *leaderelection.HealthzAdaptor, isReady func() bool) (*http.Server, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metrics.Guard(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}), authn, authz, clock.RealClock{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := watchdog.Check(r); err != nil {
 			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)

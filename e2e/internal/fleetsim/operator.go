@@ -109,11 +109,16 @@ func (p *Operator) Log(t testing.TB) string {
 	return string(b)
 }
 
-// Fetch GETs a path of the process's metrics server and returns the status
-// code and body.
-func (p *Operator) Fetch(t testing.TB, path string) (int, string) {
+// Fetch GETs a path of the process's metrics server, with token as its
+// bearer token unless empty, and returns the status code and body.
+func (p *Operator) Fetch(t testing.TB, path, token string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + p.Metrics + path)
+	req, err := http.NewRequest(http.MethodGet, "http://"+p.Metrics+path, nil)
+	assert.NilError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	assert.NilError(t, err)
 	defer resp.Body.Close()
 	var b bytes.Buffer
