@@ -332,8 +332,9 @@ func Format(t time.Time, loc *time.Location) string {
 	return s + " (" + utc.Format(layout) + " UTC)"
 }
 
-// Until says how long from now to t in hours and minutes, such as "3h12m",
-// rounded up to the minute ("under a minute" when less).
+// Until says how long from now to t, rounded up to the minute: in hours
+// and minutes such as "3h12m", from a day on in days and hours such as
+// "5d11h", and "under a minute" when less.
 func Until(t, now time.Time) string {
 	d := t.Sub(now)
 	if d < time.Minute {
@@ -342,6 +343,10 @@ func Until(t, now time.Time) string {
 	d = (d + time.Minute - 1).Truncate(time.Minute)
 	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
 	switch {
+	case h >= 24 && h%24 == 0:
+		return fmt.Sprintf("%dd", h/24)
+	case h >= 24:
+		return fmt.Sprintf("%dd%dh", h/24, h%24)
 	case h == 0:
 		return fmt.Sprintf("%dm", m)
 	case m == 0:

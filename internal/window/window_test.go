@@ -245,7 +245,10 @@ func TestUntil(t *testing.T) {
 		{now.Add(2 * time.Hour), "2h"},
 		{now.Add(5 * time.Minute), "5m"},
 		{now.Add(30 * time.Second), "under a minute"},
-		{now.Add(6*24*time.Hour + 30*time.Minute), "144h30m"},
+		{now.Add(23*time.Hour + 59*time.Minute), "23h59m"},
+		{now.Add(24 * time.Hour), "1d"},
+		{now.Add(6*24*time.Hour + 30*time.Minute), "6d"},
+		{now.Add(5*24*time.Hour + 11*time.Hour), "5d11h"},
 	} {
 		assert.Equal(t, Until(tc.at, now), tc.want)
 	}
