@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	_ "gotest.tools/v3/golden" // go test ./cli/... -update reaches every package
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/clitest"
