@@ -355,10 +355,16 @@ func Decide(in Input) Decision {
 
 // invalidWindowMessage says which maintenance windows of cluster cannot be
 // read, and what to do.
+// At most maxListed problems are named, each clipped, so that the message
+// always fits in a condition.
 func invalidWindowMessage(cluster string, errs field.ErrorList) string {
-	msgs := make([]string, 0, len(errs))
-	for _, e := range errs {
-		msgs = append(msgs, e.Error())
+	msgs := make([]string, 0, min(len(errs), maxListed)+1)
+	for i, e := range errs {
+		if i == maxListed {
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(errs)-maxListed))
+			break
+		}
+		msgs = append(msgs, clip(e.Error(), maxMachineMessage))
 	}
 	return fmt.Sprintf("No turn is granted: cluster-operator cannot tell when the maintenance windows are open, and grants nothing rather than guess. %s. "+
 		"Fix spec.disruption.windows (kubectl edit cluster %s); granting resumes by itself once every window reads.",

@@ -940,3 +940,19 @@ func TestWindowOpensAtTheRequeue(t *testing.T) {
 	assert.Assert(t, is.Contains(progressing(t, d.Status).Message, "the next opens Sun 2027-04-04 02:30 Europe/Berlin (00:30 UTC)"))
 	assert.Equal(t, d.RequeueAfter, 7*24*time.Hour-2*time.Hour)
 }
+
+// However many windows are wrong, and however long their values, the
+// message fits in a condition and names the first problems.
+func TestInvalidWindowMessageIsBounded(t *testing.T) {
+	var ws []likenv1.MaintenanceWindow
+	for range 40 {
+		ws = append(ws, tu.Window("Mon,Tue,Wed,Thu,Fri,Sat,Sun,Mo,Di,Mi,Do", strings.Repeat("9", 300), 400*time.Hour, "Mars/"+strings.Repeat("x", 5000)))
+	}
+	d := Decide(input(tu.Cluster("lab", tu.Windows(ws...)), []*likenv1.Machine{tu.Machine("a", tu.WantsReboot)}, nil))
+	assert.Equal(t, len(d.Granted), 0)
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Reason, likenv1.ReasonInvalidWindow)
+	assert.Assert(t, len(cond.Message) < 8192, "%d bytes", len(cond.Message))
+	assert.Assert(t, is.Contains(cond.Message, "spec.disruption.windows: Too many: 40: must have at most 32 items"))
+	assert.Assert(t, is.Contains(cond.Message, "and 271 more"))
+}

@@ -199,12 +199,13 @@ type interval struct {
 	w           *Window
 }
 
-// span is how many days around a moment At looks at: a window that opened
-// up to 7 days before may still be open, and every window opens within a
-// week after.
+// How many days around a moment At looks at, on each window's calendar: a
+// window that opened up to 7 days before may still be open, every window
+// opens again within 7 days, and At follows windows that keep one another
+// open for 7 days at most. One more day each way covers a clock change.
 const (
 	daysBefore = 8
-	daysAfter  = 16
+	daysAfter  = 8
 )
 
 // At says whether a window is open at now and, if not, when the next one

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -259,4 +260,32 @@ func TestDescribe(t *testing.T) {
 	assert.Assert(t, len(errs) == 0)
 	assert.Equal(t, s.Windows()[0].Describe(), "Mon,Sat,Sun 22:00 for 1h30m Europe/Berlin")
 	assert.Equal(t, s.Windows()[1].Describe(), "Mon,Tue,Wed,Thu,Fri,Sat,Sun 01:05 for 168h UTC")
+}
+
+// BenchmarkAt reads one window, and the most a Cluster may declare (32, in
+// 8 time zones), at a moment when none is open.
+func BenchmarkAt(b *testing.B) {
+	zones := []string{"UTC", berlin, newYork, "Asia/Kolkata", "Australia/Sydney", "America/Sao_Paulo", "Asia/Tokyo", "Africa/Cairo"}
+	var many []likenv1.MaintenanceWindow
+	for i := range MaxWindows {
+		many = append(many, win([]string{"Tue", "Thu", "Sat"}, fmt.Sprintf("%02d:%02d", i%24, i), "90m", zones[i%len(zones)]))
+	}
+	now := utc("2026-11-30T11:00:00Z") // a Monday
+	for _, tc := range []struct {
+		name    string
+		windows []likenv1.MaintenanceWindow
+	}{{"windows=1", many[:1]}, {"windows=32", many}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, errs := Parse(tc.windows)
+			if len(errs) > 0 {
+				b.Fatal(errs)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if s.At(now).Open {
+					b.Fatal("open on a Monday")
+				}
+			}
+		})
+	}
 }
