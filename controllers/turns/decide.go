@@ -114,9 +114,9 @@ type Decision struct {
 // The rules are those of docs/design/protocol.md: end turns that are
 // done, failed or no longer wanted; honour a resume request; halt on a
 // failed trial or a stalled turn; then, while a maintenance window is
-// open (or when the cluster declares none), grant, leaders before workers and
-// by machine name, while turns held plus unavailable machines without a
-// turn stay within maxUnavailable and at most one leader is down; a
+// open (or when the cluster declares none), grant, leaders before workers
+// and by machine name, while turns held plus unavailable machines without
+// a turn stay within maxUnavailable and at most one leader is down; a
 // Release turn only to a machine whose staged release is spec.version.
 func Decide(in Input) Decision {
 	c := in.Cluster
@@ -354,9 +354,8 @@ func Decide(in Input) Decision {
 }
 
 // invalidWindowMessage says which maintenance windows of cluster cannot be
-// read, and what to do.
-// At most maxListed problems are named, each clipped, so that the message
-// always fits in a condition.
+// read, and what to do. It names at most maxListed problems, each clipped,
+// so that the message always fits in a condition.
 func invalidWindowMessage(cluster string, errs field.ErrorList) string {
 	msgs := make([]string, 0, min(len(errs), maxListed)+1)
 	for i, e := range errs {
