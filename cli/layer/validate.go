@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/window"
 	"liken.sh/liken/manifests"
 )
 
@@ -263,7 +264,8 @@ func ValidateDocument(source string, raw []byte) (*Document, error) {
 // a create: apiVersion and kind, metadata (a DNS subdomain name, no
 // namespace, valid labels and annotations), no unknown fields, the CRD's
 // defaults, schema (types, enums, formats, lengths), list keys, and its CEL
-// rules (such as spec.version being in the catalog). status is ignored, as
+// rules (such as spec.version being in the catalog), and what only code can
+// check: that every maintenance window's time zone exists. status is ignored, as
 // the API server ignores it on create. Errors name the document and field.
 func ValidateObject(source string, obj map[string]interface{}) (*Document, error) {
 	vals, err := loadValidators()
@@ -332,6 +334,14 @@ func ValidateObject(source string, obj map[string]interface{}) (*Document, error
 	}
 	if err != nil {
 		return nil, &DocumentError{Source: src, Err: err}
+	}
+	if d.Cluster != nil {
+		// What the API server's rules cannot check: that each window's time
+		// zone exists. cluster-operator would grant nothing until it is
+		// fixed.
+		if _, errs := window.Parse(d.Cluster.Spec.Disruption.Windows); len(errs) > 0 {
+			return nil, &DocumentError{Source: src, Errs: errs}
+		}
 	}
 	d.YAML, err = yaml.Marshal(stored)
 	if err != nil {

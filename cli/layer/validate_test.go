@@ -62,6 +62,14 @@ func TestValidateDocumentAcceptsValid(t *testing.T) {
 	// ...but the stored document is what the person wrote.
 	assert.Assert(t, !strings.Contains(string(d.YAML), "drainTimeout"), string(d.YAML))
 
+	// Maintenance windows: one that crosses midnight, one of 7 days.
+	d, err = ValidateDocument("cluster.yaml", []byte(strings.Replace(validCluster, "maxUnavailable: 1\n",
+		"maxUnavailable: 1\n    windows:\n    - {days: [Sat, Sun], start: \"22:00\", duration: 4h, timeZone: Europe/Berlin}\n"+
+			"    - {days: [Wed], start: \"00:00\", duration: 168h, timeZone: America/Argentina/ComodRivadavia}\n", 1)))
+	assert.NilError(t, err)
+	assert.Equal(t, len(d.Cluster.Spec.Disruption.Windows), 2)
+	assert.Equal(t, d.Cluster.Spec.Disruption.Windows[0].Duration.Duration.String(), "4h0m0s")
+
 	m, err := ValidateDocument("machine.yaml", []byte(validMachine))
 	assert.NilError(t, err)
 	assert.Equal(t, m.Machine.Spec.Disks[0].Filesystem, "ext4")
@@ -72,6 +80,9 @@ func TestValidateDocumentAcceptsValid(t *testing.T) {
 func TestValidateDocumentRefuses(t *testing.T) {
 	cluster := func(old, new string) string { return strings.Replace(validCluster, old, new, 1) }
 	machine := func(old, new string) string { return strings.Replace(validMachine, old, new, 1) }
+	windows := func(items string) string {
+		return cluster("maxUnavailable: 1\n", "maxUnavailable: 1\n    windows:\n    - "+items+"\n")
+	}
 	tests := []struct {
 		name string
 		doc  string
@@ -95,6 +106,34 @@ func TestValidateDocumentRefuses(t *testing.T) {
 			[]string{"spec.netwrk", "unknown field"}},
 		{"catalog duplicate", cluster("  network:", "    - version: \"2026.10.10-001\"\n      digest: sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f\n  network:"),
 			[]string{"spec.releases.catalog[1]", "Duplicate value"}},
+		{"window day", windows(`{days: [Sat, Sunday], start: "22:00", duration: 4h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].days[1]", `Unsupported value: "Sunday"`, `"Sun"`}},
+		{"window day twice", windows(`{days: [Sat, Sat], start: "22:00", duration: 4h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].days[1]", `Duplicate value: "Sat"`}},
+		{"window without days", windows(`{days: [], start: "22:00", duration: 4h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].days", "should have at least 1 items"}},
+		{"window start", windows(`{days: [Sat], start: "10pm", duration: 4h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].start", "start must be a time of day HH:MM"}},
+		{"window start 24:00", windows(`{days: [Sat], start: "24:00", duration: 4h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].start", "from 00:00 to 23:59"}},
+		{"window duration over 7 days", windows(`{days: [Sat], start: "22:00", duration: 169h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].duration", "at most 7 days"}},
+		{"window duration in days", windows(`{days: [Sat], start: "22:00", duration: 7d, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].duration", "a day is 24h"}},
+		{"window duration zero", windows(`{days: [Sat], start: "22:00", duration: 0h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].duration", "more than 0"}},
+		{"window duration that would overflow", windows(`{days: [Sat], start: "22:00", duration: 9999999999h, timeZone: Europe/Berlin}`),
+			[]string{"spec.disruption.windows[0].duration", "at most 7 days"}},
+		{"window without time zone", windows(`{days: [Sat], start: "22:00", duration: 4h}`),
+			[]string{"spec.disruption.windows[0].timeZone", "Required value"}},
+		{"window time zone offset", windows(`{days: [Sat], start: "22:00", duration: 4h, timeZone: "+01:00"}`),
+			[]string{"spec.disruption.windows[0].timeZone", "timeZone must be the IANA name of a time zone"}},
+		{"window time zone Local", windows(`{days: [Sat], start: "22:00", duration: 4h, timeZone: Local}`),
+			[]string{"spec.disruption.windows[0].timeZone", "not Local"}},
+		{"window unknown time zone", windows(`{days: [Sat], start: "22:00", duration: 4h, timeZone: Europe/Berln}`),
+			[]string{"spec.disruption.windows[0].timeZone", `Invalid value: "Europe/Berln": unknown time zone`, "Europe/Berlin"}},
+		{"second window unknown time zone", windows(`{days: [Sat], start: "22:00", duration: 4h, timeZone: UTC}` + "\n    - " + `{days: [Sun], start: "02:00", duration: 1h, timeZone: Mars/Olympus_Mons}`),
+			[]string{"spec.disruption.windows[1].timeZone", `"Mars/Olympus_Mons": unknown time zone`}},
 		{"role enum", machine("role: Leader", "role: leader"),
 			[]string{"spec.role", `Unsupported value: "leader"`, `"Leader"`, `"Worker"`}},
 		{"reboot policy enum", machine("rebootPolicy: Auto", "rebootPolicy: Sometimes"),

@@ -39,8 +39,9 @@ Only a machine that waits for approval can be approved: its rebootPolicy is
 Manual and its RebootPending condition reads AwaitingApproval. The approval
 covers the change staged now; if the machine stages something else later,
 it asks again. After the approval the machine still waits for its turn
-under the cluster's disruption budget, then cordons and drains its node
-before it reboots.`,
+under the cluster's disruption budget, and for one of the cluster's
+maintenance windows when it declares any (the command says when the next
+opens), then cordons and drains its node before it reboots.`,
 		Example: `  # Approve the staged release on node-4 of mycluster
   liken approve-reboot mycluster node-4
 
@@ -53,7 +54,7 @@ before it reboots.`,
 			if err != nil {
 				return err
 			}
-			return Approve(cmd.Context(), c, args[0], args[1], cmd.OutOrStdout())
+			return Approve(cmd.Context(), c, clock.RealClock{}, args[0], args[1], cmd.OutOrStdout())
 		},
 	}
 }
@@ -67,8 +68,9 @@ func NewRequestCommand(flags *kube.Flags) *cobra.Command {
 for a driver that bound the wrong device, or a machine you experiment on.
 
 The machine stages the reboot like any other change (phase RebootPending)
-and takes a turn under the cluster's disruption budget: it cordons and
-drains its node, reboots, and rejoins. A Manual machine waits for
+and takes a turn under the cluster's disruption budget, inside one of the
+cluster's maintenance windows when it declares any (the command says when
+the next opens): it cordons and drains its node, reboots, and rejoins. A Manual machine waits for
 liken approve-reboot first. A Degraded machine asks for no turn, so the
 request waits until what made it Degraded is fixed. Asking again while a
 request is pending does nothing.`,
@@ -149,9 +151,10 @@ func downloading(m *v1alpha1.Machine) string {
 }
 
 // Approve sets the machine's liken.sh/approved-change annotation to the
-// change it has staged, then prints what happens next. It refuses when the
-// machine is not in the cluster or does not wait for approval.
-func Approve(ctx context.Context, c versioned.Interface, clusterName, machineName string, out io.Writer) error {
+// change it has staged, then prints what happens next, maintenance windows
+// read at clk's now. It refuses when the machine is not in the cluster or
+// does not wait for approval.
+func Approve(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, clusterName, machineName string, out io.Writer) error {
 	for attempt := 0; ; attempt++ {
 		cl, m, err := getMember(ctx, c, "approve-reboot", clusterName, machineName)
 		if err != nil {
@@ -159,7 +162,7 @@ func Approve(ctx context.Context, c versioned.Interface, clusterName, machineNam
 		}
 		if fleet.Approved(m) {
 			fmt.Fprintf(out, "Machine %s was already approved for its staged change (%s).\n", m.Name, fleet.DescribeChange(m))
-			return explainNext(ctx, c, cl, m, out)
+			return explainNext(ctx, c, clk, cl, m, out)
 		}
 		pending := m.Status.Phase == v1alpha1.MachineUpdatePending || m.Status.Phase == v1alpha1.MachineRebootPending
 		if !pending || !fleet.AwaitingApproval(m) || m.Status.Change == "" {
@@ -173,7 +176,7 @@ func Approve(ctx context.Context, c versioned.Interface, clusterName, machineNam
 			return kube.Explain(err, "machine "+machineName)
 		}
 		fmt.Fprintf(out, "Approved the change staged on %s: %s (change %s).\n", m.Name, fleet.DescribeChange(m), m.Status.Change)
-		return explainNext(ctx, c, cl, m, out)
+		return explainNext(ctx, c, clk, cl, m, out)
 	}
 }
 
@@ -192,8 +195,9 @@ func patchAnnotation(ctx context.Context, c versioned.Interface, m *v1alpha1.Mac
 	return err
 }
 
-// explainNext prints the machine's place under the disruption budget.
-func explainNext(ctx context.Context, c versioned.Interface, cl *v1alpha1.Cluster, m *v1alpha1.Machine, out io.Writer) error {
+// explainNext prints the machine's place under the disruption budget and
+// the maintenance windows.
+func explainNext(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, cl *v1alpha1.Cluster, m *v1alpha1.Machine, out io.Writer) error {
 	list, err := c.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return kube.Explain(err, "machines")
@@ -203,7 +207,7 @@ func explainNext(ctx context.Context, c versioned.Interface, cl *v1alpha1.Cluste
 		all = append(all, &list.Items[i])
 	}
 	members := fleet.Members(cl.Name, all)
-	b, err := fleet.BudgetOf(cl, members)
+	b, err := fleet.BudgetOf(cl, members, clk.Now())
 	if err != nil {
 		return err
 	}
@@ -212,7 +216,8 @@ func explainNext(ctx context.Context, c versioned.Interface, cl *v1alpha1.Cluste
 }
 
 // writePlace prints what happens next for m: its turn, the budget, the
-// machines ahead of it, and anything that blocks granting.
+// machines ahead of it, the maintenance windows, and anything that blocks
+// granting.
 func writePlace(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine, members []*v1alpha1.Machine, b fleet.Budget) {
 	if b.HoldsTurn(m.Name) {
 		fmt.Fprintf(out, "Next: %s holds its turn now: it cordons and drains its node, then reboots.\n", m.Name)
@@ -237,6 +242,8 @@ func writePlace(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine, member
 		}
 		if why := b.Blocked(cl, fleet.StagedRelease(m)); why != "" {
 			fmt.Fprintf(out, "  Blocked:         %s\n", why)
+		} else if note := b.Window.Note(); note != "" {
+			fmt.Fprintf(out, "  Window:          %s\n", note)
 		}
 		fmt.Fprintf(out, "When its turn comes, %s cordons and drains its node, then reboots", m.Name)
 		if fleet.StagedRelease(m) && m.Status.Staged != "" {
@@ -258,7 +265,7 @@ func Request(ctx context.Context, c versioned.Interface, clk clock.PassiveClock,
 		}
 		if prev := m.Annotations[v1alpha1.AnnotationRequestReboot]; prev != "" && prev != m.Status.ObservedRebootRequest {
 			fmt.Fprintf(out, "Machine %s already has a reboot request pending (made %s); it was not asked again.\n", m.Name, prev)
-			return nextAfterRequest(out, cl, m)
+			return nextAfterRequest(out, cl, m, clk.Now())
 		}
 		value := clk.Now().UTC().Format(time.RFC3339Nano)
 		err = patchAnnotation(ctx, c, m, v1alpha1.AnnotationRequestReboot, value)
@@ -269,11 +276,13 @@ func Request(ctx context.Context, c versioned.Interface, clk clock.PassiveClock,
 			return kube.Explain(err, "machine "+machineName)
 		}
 		fmt.Fprintf(out, "Requested a reboot of %s (request %s).\n", m.Name, value)
-		return nextAfterRequest(out, cl, m)
+		return nextAfterRequest(out, cl, m, clk.Now())
 	}
 }
 
-func nextAfterRequest(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine) error {
+// nextAfterRequest prints what happens after a reboot request: staging,
+// approval, the turn and, read at now, the maintenance windows.
+func nextAfterRequest(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine, now time.Time) error {
 	next := "Next"
 	if m.Status.Phase == v1alpha1.MachineDegraded {
 		// A Degraded machine asks for no turn: the request waits.
@@ -288,6 +297,9 @@ func nextAfterRequest(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine) 
 		fmt.Fprintf(out, "then waits for your approval, because its rebootPolicy is Manual:\n  liken approve-reboot %s %s\n", cl.Name, m.Name)
 	}
 	fmt.Fprintf(out, "Its turn cordons and drains the node like any other reboot.\n")
+	if note := fleet.WindowOf(cl, now).Note(); note != "" {
+		fmt.Fprintf(out, "Turns come only inside the maintenance windows of cluster %s, which are %s.\n", cl.Name, note)
+	}
 	if m.Status.Phase == v1alpha1.MachineLost {
 		fmt.Fprintf(out, "Note: %s is Lost now; it sees the request when it is back.\n", m.Name)
 	}

@@ -44,10 +44,50 @@ func fixture() []runtime.Object {
 	return []runtime.Object{cl, n1, n2, n3, n4, n5, other, o1}
 }
 
+// clk is the clock of the tests: Monday 2026-11-30 12:00 UTC.
+func clk() *clocktesting.FakePassiveClock {
+	return clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+}
+
+// withWindows gives mycluster in objs maintenance windows.
+func withWindows(objs []runtime.Object, ws ...v1alpha1.MaintenanceWindow) []runtime.Object {
+	objs[0].(*v1alpha1.Cluster).Spec.Disruption.Windows = ws
+	return objs
+}
+
+func window(days []string, start string, d time.Duration, zone string) v1alpha1.MaintenanceWindow {
+	return v1alpha1.MaintenanceWindow{Days: days, Start: start, Duration: metav1.Duration{Duration: d}, TimeZone: zone}
+}
+
+// Outside the windows, approve-reboot and request-reboot say when the turn
+// can come; inside, until when.
+func TestRebootSaysWhenTheWindowOpens(t *testing.T) {
+	saturday := window([]string{"Sat"}, "22:00", 4*time.Hour, "Europe/Berlin")
+	c := fake.NewSimpleClientset(withWindows(fixture(), saturday)...)
+	var out bytes.Buffer
+	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
+	golden.Assert(t, out.String(), "approve-window.golden")
+
+	out.Reset()
+	assert.NilError(t, Request(context.Background(), c, clk(), "mycluster", "node-5", &out))
+	golden.Assert(t, out.String(), "request-window.golden")
+
+	monday := window([]string{"Mon"}, "11:00", 2*time.Hour, "UTC")
+	c = fake.NewSimpleClientset(withWindows(fixture(), saturday, monday)...)
+	out.Reset()
+	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
+	assert.Assert(t, is.Contains(out.String(), "  Window:          open until Mon 2026-11-30 13:00 UTC, 1h from now; a turn not granted by then waits for the next window\n"))
+
+	c = fake.NewSimpleClientset(withWindows(fixture(), window([]string{"Sat"}, "22:00", 4*time.Hour, "Berlin"))...)
+	out.Reset()
+	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
+	assert.Assert(t, is.Contains(out.String(), `  Blocked:         a maintenance window cannot be read (spec.disruption.windows[0].timeZone: Invalid value: "Berlin": unknown time zone`))
+}
+
 func TestApprove(t *testing.T) {
 	c := fake.NewSimpleClientset(fixture()...)
 	var out bytes.Buffer
-	assert.NilError(t, Approve(context.Background(), c, "mycluster", "node-4", &out))
+	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
 	golden.Assert(t, out.String(), "approve.golden")
 	m, err := c.LikenV1alpha1().Machines().Get(context.Background(), "node-4", metav1.GetOptions{})
 	assert.NilError(t, err)
@@ -55,7 +95,7 @@ func TestApprove(t *testing.T) {
 
 	// Approving again changes nothing and says so.
 	out.Reset()
-	assert.NilError(t, Approve(context.Background(), c, "mycluster", "node-4", &out))
+	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
 	assert.Assert(t, is.Contains(out.String(), "was already approved"))
 }
 
@@ -65,7 +105,7 @@ func TestApproveBlocked(t *testing.T) {
 	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-2", Version: clitest.Version2, Since: clitest.Since}
 	c := fake.NewSimpleClientset(objs...)
 	var out bytes.Buffer
-	assert.NilError(t, Approve(context.Background(), c, "mycluster", "node-4", &out))
+	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
 	assert.Assert(t, is.Contains(out.String(), "Blocked:         the rollout is halted (TrialFailed on node-2): no turn is granted until a person resumes it with liken rollout resume mycluster"))
 }
 
@@ -109,7 +149,7 @@ func TestApproveRefuses(t *testing.T) {
 			}
 			c := fake.NewSimpleClientset(objs...)
 			var out bytes.Buffer
-			err := Approve(context.Background(), c, tc.cluster, tc.machine, &out)
+			err := Approve(context.Background(), c, clk(), tc.cluster, tc.machine, &out)
 			assert.ErrorContains(t, err, tc.want)
 			assert.Equal(t, out.String(), "")
 			if m, err := c.LikenV1alpha1().Machines().Get(context.Background(), tc.machine, metav1.GetOptions{}); err == nil {

@@ -58,7 +58,9 @@ func newStatusCommand(flags *kube.Flags) *cobra.Command {
 cluster's spec.version. Each change of a machine's step (Downloading,
 UpdatePending, Updating, Ready, ...) or version prints one line, with the
 progress of the whole cluster: machines ready out of all, and bytes
-downloaded.
+downloaded. When the cluster declares maintenance windows, it says whether
+one is open and, when none is, when the next opens: machines download and
+stage at any time, but their turns wait for a window.
 
 The command exits 0 when the rollout is complete, and non-zero when
 cluster-operator halts it (RolloutStalled: a machine did not come back from
@@ -127,6 +129,8 @@ type StatusOptions struct {
 	Watch bool
 	// Timeout bounds the wait; 0 waits forever.
 	Timeout time.Duration
+	// Clock reads the maintenance windows; nil is the real clock.
+	Clock clock.PassiveClock
 }
 
 // HaltedError is returned when cluster-operator halted the rollout.
@@ -169,7 +173,11 @@ func Status(ctx context.Context, c versioned.Interface, opts StatusOptions, out 
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
-	t := newTracker(out)
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	t := newTracker(out, clk)
 	if !opts.Watch {
 		cl, err := c.LikenV1alpha1().Clusters().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -321,10 +329,14 @@ type tracker struct {
 	cluster *v1alpha1.Cluster
 	ready   int
 	total   int
+	// clock reads the maintenance windows; window is the state of the
+	// windows last printed.
+	clock  clock.PassiveClock
+	window string
 }
 
-func newTracker(out io.Writer) *tracker {
-	return &tracker{out: out, last: map[string]step{}}
+func newTracker(out io.Writer, clk clock.PassiveClock) *tracker {
+	return &tracker{out: out, last: map[string]step{}, clock: clk}
 }
 
 func stepOf(m *v1alpha1.Machine) step {
@@ -433,8 +445,29 @@ func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bo
 	}
 	if complete {
 		fmt.Fprintf(t.out, "Rollout of cluster %s to %s complete: %d/%d machines ready.\n", cl.Name, want, t.ready, t.total)
+		return true, nil
 	}
-	return complete, nil
+	t.showWindow(cl)
+	return false, nil
+}
+
+// showWindow prints where the cluster stands against its maintenance
+// windows, with the rule cluster-operator grants by, each time that
+// changes: a window opens or closes, or the windows change.
+func (t *tracker) showWindow(cl *v1alpha1.Cluster) {
+	w := fleet.WindowOf(cl, t.clock.Now())
+	note := w.Note()
+	key := fmt.Sprint(w.State.Open, w.State.Opens.Unix(), w.State.Closes.Unix(), note == "")
+	if len(w.Errs) > 0 {
+		key = note
+	}
+	if key == t.window {
+		return
+	}
+	t.window = key
+	if note != "" {
+		fmt.Fprintf(t.out, "Maintenance windows of cluster %s: %s.\n", cl.Name, note)
+	}
 }
 
 // halt reads a halt from the cluster's status, or returns nil.

@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"gotest.tools/v3/assert"
@@ -77,7 +78,7 @@ func rolloutSteps() (*v1alpha1.Cluster, []*v1alpha1.Machine, []func()) {
 func TestTrackerGolden(t *testing.T) {
 	cl, ms, steps := rolloutSteps()
 	var out bytes.Buffer
-	tr := newTracker(&out)
+	tr := newTracker(&out, clock.RealClock{})
 	for i, step := range steps {
 		step()
 		complete, err := tr.observe(cl.DeepCopy(), ms)
@@ -87,6 +88,30 @@ func TestTrackerGolden(t *testing.T) {
 	golden.Assert(t, out.String(), "status.golden")
 }
 
+// Outside its maintenance window the rollout says when turns can come, and
+// says it again when the window opens: read on the clock given, with the
+// rule cluster-operator grants by.
+func TestTrackerWindows(t *testing.T) {
+	cl, ms, steps := rolloutSteps()
+	cl.Spec.Disruption.Windows = []v1alpha1.MaintenanceWindow{{Days: []string{"Sat"}, Start: "22:00",
+		Duration: metav1.Duration{Duration: 4 * time.Hour}, TimeZone: "Europe/Berlin"}}
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 5, 17, 48, 0, 0, time.UTC)) // Saturday, 18:48 in Berlin
+	var out bytes.Buffer
+	tr := newTracker(&out, clk)
+	for i, step := range steps {
+		if i == 5 { // the first turn: the window opened
+			clk.SetTime(time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC))
+		}
+		if i == 6 {
+			clk.SetTime(clk.Now().Add(time.Minute)) // a minute later: nothing new to say
+		}
+		step()
+		_, err := tr.observe(cl.DeepCopy(), ms)
+		assert.NilError(t, err)
+	}
+	golden.Assert(t, out.String(), "status-window.golden")
+}
+
 func TestTrackerNotCompleteUntilObserved(t *testing.T) {
 	cl, ms, steps := rolloutSteps()
 	for _, s := range steps {
@@ -94,7 +119,7 @@ func TestTrackerNotCompleteUntilObserved(t *testing.T) {
 	}
 	cl.Generation = 3 // a newer spec cluster-operator has not seen yet
 	var out bytes.Buffer
-	complete, err := newTracker(&out).observe(cl, ms)
+	complete, err := newTracker(&out, clock.RealClock{}).observe(cl, ms)
 	assert.NilError(t, err)
 	assert.Assert(t, !complete)
 }
@@ -124,7 +149,7 @@ func TestTrackerHalts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cl, ms, _ := rolloutSteps()
 			tc.set(cl)
-			_, err := newTracker(&bytes.Buffer{}).observe(cl, ms)
+			_, err := newTracker(&bytes.Buffer{}, clock.RealClock{}).observe(cl, ms)
 			var h *HaltedError
 			assert.Assert(t, errors.As(err, &h))
 			assert.ErrorContains(t, err, tc.want)
@@ -133,7 +158,7 @@ func TestTrackerHalts(t *testing.T) {
 	// A halt of an earlier version does not stop a rollout of a new one.
 	cl, ms, _ := rolloutSteps()
 	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: clitest.Version1, Since: clitest.Since}
-	_, err := newTracker(&bytes.Buffer{}).observe(cl, ms)
+	_, err := newTracker(&bytes.Buffer{}, clock.RealClock{}).observe(cl, ms)
 	assert.NilError(t, err)
 }
 

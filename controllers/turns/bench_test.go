@@ -90,6 +90,19 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+	// The most windows a Cluster may declare, one of them open: what the
+	// windows add to a decision.
+	b.Run("machines=5000/nodes=false/windows=32", func(b *testing.B) {
+		in := decideAtScale(false)
+		in.Cluster = in.Cluster.DeepCopy()
+		in.Cluster.Spec.Disruption.Windows = manyWindows()
+		b.ReportAllocs()
+		for b.Loop() {
+			if d := Decide(in); len(d.Granted) != 1 {
+				b.Fatalf("granted %d turns, want 1", len(d.Granted))
+			}
+		}
+	})
 }
 
 // grantWriter accepts every write without storing it or returning it, so
@@ -163,6 +176,17 @@ func BenchmarkSync(b *testing.B) {
 	}
 }
 
+// manyWindows are 32 maintenance windows in 8 time zones, one of them open
+// at the tests' now (Monday 11:00 UTC).
+func manyWindows() []likenv1.MaintenanceWindow {
+	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Sydney", "America/Sao_Paulo", "Asia/Tokyo", "Africa/Cairo"}
+	var ws []likenv1.MaintenanceWindow
+	for i := range 31 {
+		ws = append(ws, tu.Window("Tue,Thu,Sat", fmt.Sprintf("%02d:%02d", i%24, i), 90*time.Minute, zones[i%len(zones)]))
+	}
+	return append(ws, tu.Window("Mon", "10:00", 2*time.Hour, "UTC"))
+}
+
 // TestBenchmarkSmoke runs what BenchmarkDecide and BenchmarkSync measure,
 // a few times each, so that they keep working: at 5,000 machines every
 // decision grants exactly one turn, and every sync writes it.
@@ -174,6 +198,9 @@ func TestBenchmarkSmoke(t *testing.T) {
 			for range 3 {
 				assert.Equal(t, len(Decide(in).Granted), 1, "one decision at 5,000 machines")
 			}
+			in.Cluster = in.Cluster.DeepCopy()
+			in.Cluster.Spec.Disruption.Windows = manyWindows()
+			assert.Equal(t, len(Decide(in).Granted), 1, "one decision at 5,000 machines inside one of 32 windows")
 			ctrl, w := syncAtScale(t, withNodes)
 			for range 3 {
 				_, err := ctrl.Sync(ctx, "lab")

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -56,6 +57,9 @@ const (
 	EventRolloutStalled = "RolloutStalled"
 	// EventRolloutResumed: a halt was lifted.
 	EventRolloutResumed = "RolloutResumed"
+	// EventInvalidWindow: a maintenance window cannot be read (such as an
+	// unknown time zone); nothing is granted until it is fixed.
+	EventInvalidWindow = "InvalidWindow"
 )
 
 // StatusWriter is the one write the turn controller makes: an update of a
@@ -462,6 +466,12 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		logger.Info("Rollout halted", "cluster", klog.KObj(cluster), "reason", d.Halted.Reason, "machine", d.Halted.Machine)
 		if d.Halted.Reason == likenv1.ReasonRolloutStalled {
 			event(d.Halted.Machine, corev1.EventTypeWarning, EventRolloutStalled, "Halt", d.Halted.Message)
+		}
+	}
+	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonInvalidWindow {
+		if was := meta.FindStatusCondition(cluster.Status.Conditions, likenv1.ConditionProgressing); was == nil || was.Reason != p.Reason || was.Message != p.Message {
+			logger.Info("Maintenance windows cannot be read; granting nothing", "cluster", klog.KObj(cluster), "message", p.Message)
+			rec.Eventf(cluster, nil, corev1.EventTypeWarning, EventInvalidWindow, "Grant", "%s", clip(p.Message, maxEventNote))
 		}
 	}
 	for _, t := range d.Granted {

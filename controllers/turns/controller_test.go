@@ -201,6 +201,63 @@ func TestControllerStartupGraceRequeues(t *testing.T) {
 	assert.Equal(t, f.stored("lab").Status.Turns, "a")
 }
 
+// Outside its window a Cluster is written once (Progressing says when the
+// window opens), keeps its phase, and Sync asks to run again when the
+// window opens; run then, it grants.
+func TestControllerWaitsForTheWindow(t *testing.T) {
+	// now is Monday 11:00 UTC; the window opens at 11:30 UTC.
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(tu.Window("Mon", "11:30", time.Hour, "UTC"))),
+		tu.Machine("a", tu.WantsRelease), tu.Node("a", true))
+	requeue, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, requeue, 30*time.Minute)
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "")
+	assert.Equal(t, c.Status.Phase, likenv1.ClusterUpdating)
+	p := meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing)
+	assert.Equal(t, p.Reason, likenv1.ReasonOutsideWindow)
+	assert.Assert(t, is.Contains(p.Message, "the next opens Mon 2026-11-30 11:30 UTC"))
+
+	// Until it opens, a sync writes nothing: the message holds no clock.
+	f.refresh("lab")
+	writes := f.updates()
+	f.clock.Step(29 * time.Minute)
+	requeue, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, requeue, time.Minute)
+	assert.Equal(t, f.updates(), writes)
+
+	f.clock.Step(requeue)
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	c = f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "a")
+	assert.Equal(t, c.Status.Phase, likenv1.ClusterUpdating)
+	assert.Equal(t, meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing).Reason, likenv1.ReasonGranting)
+}
+
+// A window the operator cannot read stops every grant, and says so once in
+// a warning event.
+func TestControllerInvalidWindowWarns(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(tu.Window("Sat", "22:00", 4*time.Hour, "Europe/Berln"))),
+		tu.Machine("a", tu.WantsRelease), tu.Node("a", true))
+	_, err := f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "")
+	assert.Equal(t, meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing).Reason, likenv1.ReasonInvalidWindow)
+	evs := f.events()
+	assert.Equal(t, len(evs), 1, "%v", evs)
+	assert.Assert(t, is.Contains(evs[0], `Warning InvalidWindow No turn is granted: cluster-operator cannot tell when the maintenance windows are open`))
+	assert.Assert(t, is.Contains(evs[0], `spec.disruption.windows[0].timeZone: Invalid value: "Europe/Berln"`))
+
+	// Once is enough: the next sync sees the same condition.
+	f.refresh("lab")
+	_, err = f.ctrl.Sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, len(f.events()), 0)
+}
+
 func TestControllerEventsForEndings(t *testing.T) {
 	f := newFixture(t,
 		tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0"), tu.Turns(

@@ -9,9 +9,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
+	"liken.sh/liken/internal/window"
 )
 
 // Node is what the turn decision needs to know of a machine's Node.
@@ -111,9 +113,10 @@ type Decision struct {
 //
 // The rules are those of docs/design/protocol.md: end turns that are
 // done, failed or no longer wanted; honour a resume request; halt on a
-// failed trial or a stalled turn; then grant, leaders before workers and
-// by machine name, while turns held plus unavailable machines without a
-// turn stay within maxUnavailable and at most one leader is down; a
+// failed trial or a stalled turn; then, while a maintenance window is
+// open (or when the cluster declares none), grant, leaders before workers
+// and by machine name, while turns held plus unavailable machines without
+// a turn stay within maxUnavailable and at most one leader is down; a
 // Release turn only to a machine whose staged release is spec.version.
 func Decide(in Input) Decision {
 	c := in.Cluster
@@ -209,6 +212,7 @@ func Decide(in Input) Decision {
 		return m.Status.Phase == likenv1.MachineLost || in.Silent[m.Name] || nodeNotReady(m, in.Nodes[m.Name])
 	}
 	d.Waiting = waiting(in.Machines, func(name string) bool { return inLedger(name) || in.Silent[name] })
+	schedule, windowErrs := window.Parse(c.Spec.Disruption.Windows)
 	var blocked *metav1.Condition
 	switch {
 	case budgetErr != nil:
@@ -217,6 +221,8 @@ func Decide(in Input) Decision {
 	case maxUnavailable == 0:
 		blocked = &metav1.Condition{Reason: likenv1.ReasonPaused, Message: "No turn is granted: spec.disruption.maxUnavailable is 0. " +
 			"Set it to 1 or more (or a percentage above 0%) to let machines reboot."}
+	case len(windowErrs) > 0:
+		blocked = &metav1.Condition{Reason: likenv1.ReasonInvalidWindow, Message: invalidWindowMessage(c.Name, windowErrs)}
 	case in.Now.Before(in.GrantFrom):
 		blocked = &metav1.Condition{Reason: likenv1.ReasonStartupGrace, Message: fmt.Sprintf(
 			"cluster-operator %s started leading; it grants no turn until %s, so that machines that went down before it started read Lost first. Granting resumes then by itself.",
@@ -225,7 +231,13 @@ func Decide(in Input) Decision {
 		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stallMessage(c.Name, stalled, stallTimeout)}
 	}
 	trialHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonTrialFailed
+	// Outside every maintenance window nothing is granted; the turns held
+	// go on to their end.
+	var win window.State
 	if blocked == nil {
+		win = schedule.At(in.Now)
+	}
+	if blocked == nil && win.Open {
 		free := maxUnavailable - len(st.RebootTurns)
 		for _, m := range in.Machines {
 			if !inLedger(m.Name) && unavailable(m) {
@@ -304,6 +316,9 @@ func Decide(in Input) Decision {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, blocked.Reason, blocked.Message
 	case trialHalt:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonTrialFailed, st.Halt.Message
+	case !win.Open && len(d.Waiting) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonOutsideWindow
+		cond.Message = outsideWindowMessage(win, st.RebootTurns, d.Waiting)
 	case len(st.RebootTurns) > 0 || len(d.Waiting) > 0:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonGranting
 		var down nameList
@@ -314,6 +329,9 @@ func Decide(in Input) Decision {
 		}
 		cond.Message = grantingMessage(st.RebootTurns, down, d.Waiting, inLedger, maxUnavailable)
 		cond.Message += orderMessage(in.Machines, d.Waiting, inLedger, inTrial, c.Spec.Version)
+		if !win.Always && len(d.Waiting) > 0 {
+			cond.Message += openWindowMessage(win)
+		}
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonIdle
 		cond.Message = "No machine holds or waits for a reboot turn."
@@ -322,7 +340,65 @@ func Decide(in Input) Decision {
 
 	d.Status = *st
 	d.RequeueAfter = nextDeadline(st.RebootTurns, in.Now, in.GrantFrom, stallTimeout)
+	if len(d.Waiting) > 0 {
+		// Decide again when the window opens, to grant on time, or when
+		// it closes, so that Progressing says the machines wait for the
+		// next one.
+		for _, at := range []time.Time{win.Opens, win.Closes} {
+			if w := at.Sub(in.Now); w > 0 && (d.RequeueAfter == 0 || w < d.RequeueAfter) {
+				d.RequeueAfter = w
+			}
+		}
+	}
 	return d
+}
+
+// invalidWindowMessage says which maintenance windows of cluster cannot be
+// read, and what to do. It names at most maxListed problems, each clipped,
+// so that the message always fits in a condition.
+func invalidWindowMessage(cluster string, errs field.ErrorList) string {
+	msgs := make([]string, 0, min(len(errs), maxListed)+1)
+	for i, e := range errs {
+		if i == maxListed {
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(errs)-maxListed))
+			break
+		}
+		msgs = append(msgs, clip(e.Error(), maxMachineMessage))
+	}
+	return fmt.Sprintf("No turn is granted: cluster-operator cannot tell when the maintenance windows are open, and grants nothing rather than guess. %s. "+
+		"Fix spec.disruption.windows (kubectl edit cluster %s); granting resumes by itself once every window reads.",
+		strings.Join(msgs, "; "), cluster)
+}
+
+// outsideWindowMessage says that no maintenance window is open, when the
+// next one opens, and who waits for it.
+func outsideWindowMessage(win window.State, turns []likenv1.RebootTurn, waiting []*likenv1.Machine) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Turns wait for the maintenance window: the next opens %s (%s: %s).",
+		window.Format(win.Opens, win.Window.Location), window.Path.Index(win.Window.Index), win.Window.Describe())
+	var names nameList
+	for _, m := range waiting {
+		names.add(m.Name)
+	}
+	fmt.Fprintf(&b, " Waiting for a turn: %s.", names)
+	if len(turns) > 0 {
+		var held nameList
+		for _, t := range turns {
+			held.add(t.Machine)
+		}
+		fmt.Fprintf(&b, " Turns granted before the window closed go on to their end: %s.", held)
+	}
+	b.WriteString(" Machines go on downloading and staging meanwhile. To let turns start now, add or widen a window in spec.disruption.windows.")
+	return b.String()
+}
+
+// openWindowMessage says until when the maintenance windows open now stay
+// open.
+func openWindowMessage(win window.State) string {
+	if win.Closes.IsZero() {
+		return " A maintenance window is open for the next 7 days or more."
+	}
+	return fmt.Sprintf(" The maintenance window is open until %s; turns not granted by then wait for the next one.", window.Format(win.Closes, win.Window.Location))
 }
 
 // turnOver says whether the ledger entry t ends, and how. target is

@@ -776,3 +776,183 @@ func TestDowngradeSaysWhy(t *testing.T) {
 	assert.Equal(t, progressing(t, d.Status).Message, "Waiting for a turn: l1. Leaders go back to "+tu.Version1+
 		" after every worker runs it (a downgrade goes workers first); workers not on it yet: w1 (UpdatePending, waits for `liken approve-reboot w1`).")
 }
+
+// Turns are granted only while a maintenance window is open. The test's
+// now is Monday 2026-11-30 11:00 UTC (12:00 in Berlin).
+func TestMaintenanceWindows(t *testing.T) {
+	saturdayNight := tu.Window("Sat", "22:00", 4*time.Hour, "Europe/Berlin")
+	mondayMorning := tu.Window("Mon", "11:00", 2*time.Hour, "UTC")
+	closedAtNow := tu.Window("Mon", "09:00", 2*time.Hour, "UTC") // 09:00 to 11:00: closes at now
+	cases := []struct {
+		name     string
+		cluster  *likenv1.Cluster
+		machines []*likenv1.Machine
+		want     []string
+		turns    string
+		status   metav1.ConditionStatus
+		reason   string
+		message  []string
+		requeue  time.Duration
+	}{
+		{
+			name:     "no windows: always",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease)},
+			want:     []string{"a"}, turns: "a", status: metav1.ConditionTrue, reason: likenv1.ReasonGranting,
+			message: []string{"Holding a turn: a (maxUnavailable 1). Waiting for a turn: b."},
+			requeue: 30 * time.Minute, // the stall deadline of a's turn
+		},
+		{
+			name:     "a closed window grants nothing and says when the next opens",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(saturdayNight)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease)},
+			want:     nil, turns: "", status: metav1.ConditionFalse, reason: likenv1.ReasonOutsideWindow,
+			message: []string{"Turns wait for the maintenance window: the next opens Sat 2026-12-05 22:00 Europe/Berlin (21:00 UTC) " +
+				"(spec.disruption.windows[0]: Sat 22:00 for 4h Europe/Berlin). Waiting for a turn: a,b. " +
+				"Machines go on downloading and staging meanwhile. To let turns start now, add or widen a window in spec.disruption.windows."},
+			requeue: 5*24*time.Hour + 10*time.Hour, // Saturday 21:00 UTC
+		},
+		{
+			name:     "an open window grants and says until when",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2"), tu.Windows(saturdayNight, mondayMorning)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.WantsRelease)},
+			want:     []string{"a", "b"}, turns: "a,b", status: metav1.ConditionTrue, reason: likenv1.ReasonGranting,
+			message: []string{"Holding a turn: a,b (maxUnavailable 2). Waiting for a turn: c. " +
+				"The maintenance window is open until Mon 2026-11-30 13:00 UTC; turns not granted by then wait for the next one."},
+			requeue: 30 * time.Minute,
+		},
+		{
+			name:     "an open window with nothing left to grant does not requeue for its end",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(mondayMorning)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b")},
+			want:     []string{"a"}, turns: "a", status: metav1.ConditionTrue, reason: likenv1.ReasonGranting,
+			message: []string{"Holding a turn: a (maxUnavailable 1)."},
+			requeue: 30 * time.Minute,
+		},
+		{
+			name: "a window that closed mid-rollout leaves the granted turn running and grants no more",
+			cluster: tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2"), tu.Windows(closedAtNow),
+				tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, after.Add(-20*time.Minute)))),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)),
+				tu.Machine("b", tu.WantsRelease), tu.Machine("c", tu.WantsRelease)},
+			want: nil, turns: "a", status: metav1.ConditionFalse, reason: likenv1.ReasonOutsideWindow,
+			message: []string{"the next opens Mon 2026-12-07 09:00 UTC", "Waiting for a turn: b,c.",
+				"Turns granted before the window closed go on to their end: a."},
+			requeue: 10 * time.Minute, // a's stall deadline comes before the window
+		},
+		{
+			name:     "outside a window, nobody waiting: idle",
+			cluster:  tu.Cluster("lab", tu.Windows(saturdayNight)),
+			machines: []*likenv1.Machine{tu.Machine("a"), tu.Machine("b", tu.Phase(likenv1.MachineDownloading))},
+			want:     nil, turns: "", status: metav1.ConditionTrue, reason: likenv1.ReasonIdle,
+			message: []string{"No machine holds or waits for a reboot turn."},
+		},
+		{
+			name:     "a manual machine not approved does not wait for the window",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(saturdayNight)),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.Manual, tu.WantsRelease)},
+			want:     nil, turns: "", status: metav1.ConditionTrue, reason: likenv1.ReasonIdle,
+		},
+		{
+			name:     "an unknown time zone grants nothing, even when another window is open",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(mondayMorning, tu.Window("Sat", "22:00", 4*time.Hour, "Europe/Berln"))),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease)},
+			want:     nil, turns: "", status: metav1.ConditionFalse, reason: likenv1.ReasonInvalidWindow,
+			message: []string{"No turn is granted: cluster-operator cannot tell when the maintenance windows are open, and grants nothing rather than guess. " +
+				`spec.disruption.windows[1].timeZone: Invalid value: "Europe/Berln": unknown time zone (names are case-sensitive): ` +
+				"use the IANA name of a time zone, such as Europe/Berlin, America/New_York or UTC. " +
+				"Fix spec.disruption.windows (kubectl edit cluster lab); granting resumes by itself once every window reads."},
+		},
+		{
+			name:     "an unreadable window stops grants with nobody waiting too",
+			cluster:  tu.Cluster("lab", tu.Windows(tu.Window("Sun", "25:00", time.Hour, "UTC"))),
+			machines: []*likenv1.Machine{tu.Machine("a")},
+			want:     nil, turns: "", status: metav1.ConditionFalse, reason: likenv1.ReasonInvalidWindow,
+			message: []string{`spec.disruption.windows[0].start: Invalid value: "25:00"`},
+		},
+		{
+			name:     "a stalled rollout outside a window says it stalled",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(saturdayNight), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Hour)))),
+			machines: []*likenv1.Machine{tu.Machine("a", tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)), tu.Machine("b", tu.WantsRelease)},
+			want:     nil, turns: "a", status: metav1.ConditionFalse, reason: likenv1.ReasonRolloutStalled,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.cluster.DeepCopy()
+			d := Decide(input(tc.cluster, tc.machines, nil))
+			assert.DeepEqual(t, granted(d), tc.want)
+			assert.DeepEqual(t, tc.cluster, before)
+			assert.Equal(t, d.Status.Turns, tc.turns)
+			assert.Equal(t, len(d.Ended), 0)
+			cond := progressing(t, d.Status)
+			assert.Equal(t, cond.Status, tc.status)
+			assert.Equal(t, cond.Reason, tc.reason)
+			for _, m := range tc.message {
+				assert.Assert(t, is.Contains(cond.Message, m))
+			}
+			if tc.requeue != 0 {
+				assert.Equal(t, d.RequeueAfter, tc.requeue)
+			}
+			// The cluster's phase is the columns' business, never the
+			// window's: Decide leaves it as it was.
+			assert.Equal(t, d.Status.Phase, tc.cluster.Status.Phase)
+		})
+	}
+}
+
+// A decision outside the window asks to be taken again when it opens; taken
+// then, it grants. Walked with a clock across a night the clocks go
+// forward in Berlin.
+func TestWindowOpensAtTheRequeue(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(tu.Window("Sun", "02:30", 2*time.Hour, "Europe/Berlin")))
+	machines := []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease)}
+	in := input(c, machines, nil)
+	in.GrantFrom = time.Time{}
+	in.Now = time.Date(2027, 3, 27, 20, 0, 0, 0, time.UTC) // Saturday
+	d := Decide(in)
+	assert.Equal(t, len(d.Granted), 0)
+	// 02:30 does not exist that night: the window opens when the clocks
+	// skip from 02:00 to 03:00, at 01:00 UTC.
+	assert.Assert(t, is.Contains(progressing(t, d.Status).Message, "the next opens Sun 2027-03-28 03:00 Europe/Berlin (01:00 UTC)"))
+	assert.Equal(t, d.RequeueAfter, 5*time.Hour)
+
+	in.Now = in.Now.Add(d.RequeueAfter - time.Second)
+	assert.Equal(t, len(Decide(in).Granted), 0, "a second early")
+	in.Now = in.Now.Add(time.Second)
+	d = Decide(in)
+	assert.DeepEqual(t, granted(d), []string{"a"})
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Reason, likenv1.ReasonGranting)
+	// 02:30 plus 2h on the clock: 04:30 CEST, 1h30m after it opened.
+	assert.Assert(t, is.Contains(cond.Message, "open until Sun 2027-03-28 04:30 Europe/Berlin (02:30 UTC)"), cond.Message)
+	assert.Equal(t, d.RequeueAfter, 30*time.Minute) // a's stall deadline
+
+	// At its close, b still waits: nothing more is granted, and the next
+	// window is a week away.
+	c = c.DeepCopy()
+	c.Status = d.Status
+	machines[0] = tu.Machine("a", tu.FinishedOn(tu.Version2))
+	in = input(c, machines, nil)
+	in.Now = time.Date(2027, 3, 28, 2, 30, 0, 0, time.UTC)
+	d = Decide(in)
+	assert.Equal(t, len(d.Granted), 0)
+	assert.Assert(t, is.Contains(progressing(t, d.Status).Message, "the next opens Sun 2027-04-04 02:30 Europe/Berlin (00:30 UTC)"))
+	assert.Equal(t, d.RequeueAfter, 7*24*time.Hour-2*time.Hour)
+}
+
+// However many windows are wrong, and however long their values, the
+// message fits in a condition and names the first problems.
+func TestInvalidWindowMessageIsBounded(t *testing.T) {
+	var ws []likenv1.MaintenanceWindow
+	for range 40 {
+		ws = append(ws, tu.Window("Mon,Tue,Wed,Thu,Fri,Sat,Sun,Mo,Di,Mi,Do", strings.Repeat("9", 300), 400*time.Hour, "Mars/"+strings.Repeat("x", 5000)))
+	}
+	d := Decide(input(tu.Cluster("lab", tu.Windows(ws...)), []*likenv1.Machine{tu.Machine("a", tu.WantsReboot)}, nil))
+	assert.Equal(t, len(d.Granted), 0)
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Reason, likenv1.ReasonInvalidWindow)
+	assert.Assert(t, len(cond.Message) < 8192, "%d bytes", len(cond.Message))
+	assert.Assert(t, is.Contains(cond.Message, "spec.disruption.windows: Too many: 40: must have at most 32 items"))
+	assert.Assert(t, is.Contains(cond.Message, "and 271 more"))
+}

@@ -252,6 +252,41 @@ func TestRefusals(t *testing.T) {
 			want:   []string{"spec.settings.kernelArgs[1]", "printable ASCII without white space"},
 		},
 		{
+			name: "window on an unknown day",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Disruption.Windows = []v1.MaintenanceWindow{window([]string{"Sat", "Sonntag"}, "22:00", 4*time.Hour, "Europe/Berlin")}
+			},
+			want: []string{"spec.disruption.windows[0].days[1]", `Unsupported value: "Sonntag"`},
+		},
+		{
+			name: "window start not HH:MM",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Disruption.Windows = []v1.MaintenanceWindow{window([]string{"Sat"}, "22h", 4*time.Hour, "Europe/Berlin")}
+			},
+			want: []string{"spec.disruption.windows[0].start", "HH:MM"},
+		},
+		{
+			name: "window over 7 days",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Disruption.Windows = []v1.MaintenanceWindow{window([]string{"Sat"}, "22:00", 8*24*time.Hour, "Europe/Berlin")}
+			},
+			want: []string{"spec.disruption.windows[0].duration", "at most 7 days"},
+		},
+		{
+			name: "window of no time",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Disruption.Windows = []v1.MaintenanceWindow{window([]string{"Sat"}, "22:00", 0, "Europe/Berlin")}
+			},
+			want: []string{"spec.disruption.windows[0].duration", "more than 0"},
+		},
+		{
+			name: "window time zone as an offset",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Disruption.Windows = []v1.MaintenanceWindow{window([]string{"Sat"}, "22:00", 4*time.Hour, "+01:00")}
+			},
+			want: []string{"spec.disruption.windows[0].timeZone", "IANA name"},
+		},
+		{
 			name:   "kernel argument liken sets",
 			mutate: func(c *v1.Cluster) { c.Spec.Settings.KernelArgs = []string{"liken.slot=B"} },
 			want:   []string{"spec.settings.kernelArgs[0]", "liken.*"},
@@ -328,6 +363,10 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+func window(days []string, start string, d time.Duration, zone string) v1.MaintenanceWindow {
+	return v1.MaintenanceWindow{Days: days, Start: start, Duration: metav1.Duration{Duration: d}, TimeZone: zone}
+}
+
 // TestSchemaKeepsEveryField stores fully populated objects and reads them
 // back: a field the hand-written schema lacks would be pruned.
 func TestSchemaKeepsEveryField(t *testing.T) {
@@ -351,6 +390,8 @@ func TestSchemaKeepsEveryField(t *testing.T) {
 		DrainTimeout:   &metav1.Duration{Duration: time.Minute},
 		TrialTimeout:   &metav1.Duration{Duration: 2 * time.Minute},
 		StallTimeout:   &metav1.Duration{Duration: 3 * time.Minute},
+		Windows: []v1.MaintenanceWindow{window([]string{"Sat", "Sun"}, "22:00", 4*time.Hour, "Europe/Berlin"),
+			window([]string{"Wed"}, "00:00", 7*24*time.Hour, "UTC")},
 	}
 	created, err := cs.LikenV1alpha1().Clusters().Create(ctx, c, metav1.CreateOptions{})
 	assert.NilError(t, err)

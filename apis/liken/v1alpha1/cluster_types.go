@@ -164,6 +164,45 @@ type DisruptionSpec struct {
 	// default 30m. Disruption class: Live.
 	// +optional
 	StallTimeout *metav1.Duration `json:"stallTimeout,omitempty"`
+	// Windows are the maintenance windows: the only times cluster-operator
+	// grants reboot turns. A turn granted inside a window goes on to its end
+	// after the window closes. Machines download and stage releases at any
+	// time; only their turns wait. Windows may overlap: a turn may be granted
+	// while any of them is open. No windows: turns are granted at any time.
+	// At most 32 windows. Disruption class: Live (cluster-operator applies
+	// them at its next decision).
+	// +optional
+	// +listType=atomic
+	Windows []MaintenanceWindow `json:"windows,omitempty"`
+}
+
+// MaintenanceWindow is a time of the week when cluster-operator may grant
+// reboot turns: it opens on each of its days at its start time, on the
+// clock of its time zone, and stays open for its duration.
+type MaintenanceWindow struct {
+	// Days are the days of the week the window opens on, in its time zone:
+	// one or more of Mon, Tue, Wed, Thu, Fri, Sat and Sun, each once. A
+	// window that runs past midnight belongs to the day it opened on.
+	// +listType=set
+	Days []string `json:"days"`
+	// Start is the time of day the window opens, "HH:MM" on a 24-hour clock
+	// in its time zone, such as "22:00". When the clocks skip that time (the
+	// change to summer time), the window opens the moment they skip it;
+	// when they pass it twice (the change back), it opens the first time.
+	Start string `json:"start"`
+	// Duration is how long the window stays open, read on the clock of its
+	// time zone: a duration such as 4h, 90m or 2h30m, more than 0 and at
+	// most 7 days (168h). A window from 22:00 for 4h closes at 02:00 on the
+	// clock, even on the night the clocks change, when it is open 3 or 5
+	// hours of real time.
+	Duration metav1.Duration `json:"duration"`
+	// TimeZone is the IANA name of the time zone the window's days and
+	// start are read in, such as Europe/Berlin, America/New_York or UTC.
+	// The API server checks only the form of the name; a name
+	// cluster-operator does not know stops every grant (Progressing False,
+	// reason InvalidWindow) until it is fixed, and liken layer pack refuses
+	// it.
+	TimeZone string `json:"timeZone"`
 }
 
 // ClusterPhase is the one-word state of a Cluster.
@@ -216,10 +255,12 @@ type ClusterStatus struct {
 	ObservedResume string `json:"observedResume,omitempty"`
 	// Conditions are Ready (True when every machine is Ready on
 	// spec.version), Progressing (False with reason RolloutStalled,
-	// TrialFailed or Paused when no turn can be granted, and the message
-	// says what to do; reason StartupGrace while a new cluster-operator
-	// leader waits before granting) and ReleasesAvailable (whether the
-	// channel could be read).
+	// TrialFailed, Paused or InvalidWindow when no turn can be granted, and
+	// the message says what to do; reason StartupGrace while a new
+	// cluster-operator leader waits before granting; reason OutsideWindow
+	// while machines wait for the next maintenance window, and the message
+	// says when it opens) and ReleasesAvailable (whether the channel could
+	// be read).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -63,6 +63,12 @@ const (
 	ReasonIdle             = "Idle"
 	ReasonAwaitingApproval = "AwaitingApproval"
 	ReasonAwaitingTurn     = "AwaitingTurn"
+	// ReasonOutsideWindow: machines wait for a turn, and no maintenance
+	// window (spec.disruption.windows) is open.
+	ReasonOutsideWindow = "OutsideWindow"
+	// ReasonInvalidWindow: a maintenance window cannot be read (such as a
+	// time zone cluster-operator does not know); nothing is granted.
+	ReasonInvalidWindow = "InvalidWindow"
 )
 
 // Defaults of optional fields.

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/printable"
+	"liken.sh/liken/internal/window"
 )
 
 // Members returns the machines of the named cluster, sorted by name.
@@ -115,14 +118,61 @@ type Budget struct {
 	Halt *v1alpha1.RolloutHalt
 	// Progressing is the cluster's Progressing condition, if any.
 	Progressing *metav1.Condition
+	// Window is where the cluster stands against its maintenance windows
+	// when the budget was read.
+	Window Window
+}
+
+// Window is where a cluster stands against its maintenance windows
+// (spec.disruption.windows) at a moment, read with the rule
+// cluster-operator grants by.
+type Window struct {
+	// State is whether a window is open, and when it closes or the next
+	// opens.
+	State window.State
+	// Errs say why the windows cannot be read; cluster-operator grants
+	// nothing then.
+	Errs field.ErrorList
+	// Now is the moment.
+	Now time.Time
+}
+
+// WindowOf reads the maintenance windows of c at now.
+func WindowOf(c *v1alpha1.Cluster, now time.Time) Window {
+	s, errs := window.Parse(c.Spec.Disruption.Windows)
+	if len(errs) > 0 {
+		return Window{Errs: errs, Now: now}
+	}
+	return Window{State: s.At(now), Now: now}
+}
+
+// Note says whether the maintenance windows are open, and when turns can be
+// granted as far as they go, or "" for a cluster without windows.
+func (w Window) Note() string {
+	st := w.State
+	switch {
+	case len(w.Errs) > 0:
+		return fmt.Sprintf("a maintenance window cannot be read (%s): cluster-operator grants no turn until spec.disruption.windows is fixed",
+			printable.Text(w.Errs.ToAggregate().Error()))
+	case st.Always:
+		return ""
+	case !st.Open:
+		return fmt.Sprintf("closed now; turns wait for the next window, which opens %s, in %s",
+			window.Format(st.Opens, st.Window.Location), window.Until(st.Opens, w.Now))
+	case st.Closes.IsZero():
+		return "open for the next 7 days or more"
+	}
+	return fmt.Sprintf("open until %s, %s from now; a turn not granted by then waits for the next window",
+		window.Format(st.Closes, st.Window.Location), window.Until(st.Closes, w.Now))
 }
 
 // Used is how much of the budget is taken.
 func (b Budget) Used() int { return len(b.Turns) + len(b.Down) }
 
-// BudgetOf reads the budget of a cluster from its status and machines.
-func BudgetOf(c *v1alpha1.Cluster, members []*v1alpha1.Machine) (Budget, error) {
-	b := Budget{MaxSpec: "1", Halt: c.Status.Halt}
+// BudgetOf reads the budget of a cluster from its status and machines,
+// and its maintenance windows at now.
+func BudgetOf(c *v1alpha1.Cluster, members []*v1alpha1.Machine, now time.Time) (Budget, error) {
+	b := Budget{MaxSpec: "1", Halt: c.Status.Halt, Window: WindowOf(c, now)}
 	if mu := c.Spec.Disruption.MaxUnavailable; mu != nil {
 		b.MaxSpec = mu.String()
 	}
@@ -183,6 +233,8 @@ func (b Budget) Blocked(c *v1alpha1.Cluster, release bool) string {
 		return fmt.Sprintf("the rollout is halted (%s on %s): no turn is granted until a person resumes it with liken rollout resume %s", b.Halt.Reason, b.Halt.Machine, c.Name)
 	case b.Max == 0:
 		return "spec.disruption.maxUnavailable is " + b.MaxSpec + ": every turn is paused until it is raised"
+	case len(b.Window.Errs) > 0:
+		return b.Window.Note()
 	case b.Progressing != nil && b.Progressing.Reason == v1alpha1.ReasonStartupGrace:
 		return "cluster-operator has just started and grants no turn yet: " + printable.Text(b.Progressing.Message)
 	}

@@ -6,6 +6,7 @@ package testutil
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,17 @@ func MaxUnavailable(v string) func(*likenv1.Cluster) {
 // TargetVersion sets spec.version.
 func TargetVersion(v string) func(*likenv1.Cluster) {
 	return func(c *likenv1.Cluster) { c.Spec.Version = v }
+}
+
+// Windows sets spec.disruption.windows.
+func Windows(ws ...likenv1.MaintenanceWindow) func(*likenv1.Cluster) {
+	return func(c *likenv1.Cluster) { c.Spec.Disruption.Windows = ws }
+}
+
+// Window is a maintenance window: days such as "Sat,Sun", start "HH:MM",
+// duration, IANA time zone.
+func Window(days, start string, d time.Duration, zone string) likenv1.MaintenanceWindow {
+	return likenv1.MaintenanceWindow{Days: strings.Split(days, ","), Start: start, Duration: metav1.Duration{Duration: d}, TimeZone: zone}
 }
 
 // Turns puts entries in the ledger.
