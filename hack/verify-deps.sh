@@ -20,4 +20,11 @@ for bin in ./controllers/cmd/cluster-operator ./node/cmd/liken-node; do
 done
 check ./controllers/... node "the operator must not depend on the node daemon's packages; move the shared code to a package both use"
 check ./node/... controllers "the node daemon must not depend on the operator's packages; move the shared code to a package both use"
+check ./cli/cmd/liken node/daemon "the command line must not link the node daemon; move what it shares with it (file formats, exit codes) to a small package both use"
+for bin in ./cli/cmd/liken ./controllers/cmd/cluster-operator ./node/cmd/liken-node; do
+    if go list -deps "$bin" | grep -qx testing; then
+        echo "$bin links the test framework (package testing): keep test helpers in packages only tests import" >&2
+        fail=1
+    fi
+done
 exit $fail

@@ -20,8 +20,8 @@ import (
 
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/image"
 	"liken.sh/liken/node/boot"
-	"liken.sh/liken/node/daemon"
 )
 
 // Layout of a simulated machine's folder.
@@ -132,11 +132,11 @@ func (f *firmware) run(ctx context.Context) error {
 // boot's ID.
 func (f *firmware) bootImage(ctx context.Context, slot boot.Slot, trial bool, booted time.Time) (bool, string, error) {
 	img := filepath.Join(f.dir, machineDiskDir, "slots", string(slot), "rootfs.squashfs")
-	rel, err := readImageFile(img, imageReleaseFile)
+	rel, err := readImageFile(img, image.ReleaseFile)
 	if err != nil {
 		return false, "", fmt.Errorf("no bootable image in slot %s: %v", slot, err)
 	}
-	version, err := daemon.ParseReleaseFile(rel)
+	version, err := image.ParseReleaseFile(rel)
 	if err != nil {
 		return false, "", fmt.Errorf("slot %s: %v", slot, err)
 	}
@@ -219,7 +219,7 @@ func (f *firmware) runDaemon(ctx context.Context, reachable bool) bool {
 			return false
 		case err := <-done:
 			var exit *exec.ExitError
-			if errors.As(err, &exit) && exit.ExitCode() == daemon.ExitReboot {
+			if errors.As(err, &exit) && exit.ExitCode() == boot.ExitReboot {
 				f.logf("liken-node asked for a reboot")
 				return true
 			}

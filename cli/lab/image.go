@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"liken.sh/liken/image"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -32,9 +33,8 @@ const (
 
 // Files inside a lab image that the simulated firmware reads.
 const (
-	imageReleaseFile = "etc/liken/release"
-	imageInit        = "sbin/init"
-	imageNetwork     = "etc/liken/lab-network"
+	imageInit    = "sbin/init"
+	imageNetwork = "etc/liken/lab-network"
 )
 
 // imageMiB is the size of the payload in each lab image (default 4 MiB;
@@ -67,10 +67,10 @@ func buildImage(work, version, fault string) (string, error) {
 		network = "api=unreachable\n"
 	}
 	files := map[string]string{
-		imageReleaseFile: "VERSION=" + version + "\n",
-		"etc/os-release": "NAME=liken\nID=liken\nVERSION_ID=" + version + "\nPRETTY_NAME=\"liken " + version + "\"\n",
-		imageInit:        init,
-		imageNetwork:     network,
+		image.ReleaseFile: image.ReleaseFileContent(version),
+		"etc/os-release":  "NAME=liken\nID=liken\nVERSION_ID=" + version + "\nPRETTY_NAME=\"liken " + version + "\"\n",
+		imageInit:         init,
+		imageNetwork:      network,
 	}
 	for name, content := range files {
 		p := filepath.Join(root, name)

@@ -79,7 +79,7 @@ func PublishOSImage(imageDir, channelDir, work, version string, change func(root
 	if out, err := exec.Command("unsquashfs", "-no-progress", "-d", root, filepath.Join(imageDir, image.RootFS)).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("unpacking the OS image: %v\n%s", err, out)
 	}
-	if err := os.WriteFile(filepath.Join(root, imageReleaseFile), []byte("VERSION="+version+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, image.ReleaseFile), []byte(image.ReleaseFileContent(version)), 0o644); err != nil {
 		return nil, err
 	}
 	if change != nil {

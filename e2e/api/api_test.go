@@ -38,6 +38,7 @@ import (
 
 	v1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/node/join"
 )
@@ -57,7 +58,7 @@ func setup(t *testing.T) (*controlplane.ControlPlane, versioned.Interface) {
 func setupWith(t *testing.T, opts controlplane.Options) (*controlplane.ControlPlane, versioned.Interface) {
 	t.Helper()
 	opts.Machines = []string{"node-1", "node-2"}
-	cp := controlplane.StartForTest(t, opts)
+	cp := controlplanetest.Start(t, opts)
 	ctx := context.Background()
 	out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", manifests)
 	assert.NilError(t, err, out)

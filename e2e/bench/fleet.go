@@ -28,6 +28,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
 	"liken.sh/liken/generated/clientset/versioned"
 	likenclient "liken.sh/liken/generated/clientset/versioned/typed/liken/v1alpha1"
 	likeninformers "liken.sh/liken/generated/informers/externalversions"
@@ -126,7 +127,7 @@ func NewFleet(t testing.TB, o FleetOptions) *Fleet {
 		cpo.Dir = dir
 		t.Logf("the fleet's files are kept in %s", dir)
 	}
-	f.CP = controlplane.StartForTest(t, cpo)
+	f.CP = controlplanetest.Start(t, cpo)
 	// Cleanups run last first: the load generator stops before the
 	// control plane.
 	t.Cleanup(cancel)

@@ -22,6 +22,7 @@ import (
 	"liken.sh/liken/cli"
 	"liken.sh/liken/cli/clitest"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
@@ -43,7 +44,7 @@ var machines = []string{
 }
 
 func TestCLI(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Options{Machines: machines})
+	cp := controlplanetest.Start(t, controlplane.Options{Machines: machines})
 	ctx := context.Background()
 	fleetsim.Install(ctx, t, cp)
 	admin, err := versioned.NewForConfig(cp.AdminConfig())

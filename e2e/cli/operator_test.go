@@ -14,6 +14,7 @@ import (
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/clitest"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
 	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 )
@@ -26,7 +27,7 @@ import (
 // reboot through a turn, and liken rollout resume lifts a stall.
 func TestWithClusterOperator(t *testing.T) {
 	names := []string{"o-1", "o-2", "t-1"}
-	cp := controlplane.StartForTest(t, controlplane.Options{Machines: names})
+	cp := controlplanetest.Start(t, controlplane.Options{Machines: names})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fleetsim.Install(ctx, t, cp)

@@ -22,6 +22,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/daemon/daemontest"
@@ -65,7 +66,7 @@ func newFleet(t *testing.T, policies map[string]likenv1.RebootPolicy) *fleet {
 	t.Cleanup(cancel)
 	f := &fleet{t: t, ctx: ctx, digests: map[string]string{}, sims: map[string]*daemontest.Machine{}, turns: map[string][]likenv1.RebootTurn{}}
 	f.names = []string{"n-1", "n-2", "n-3"}
-	f.cp = controlplane.StartForTest(t, controlplane.Options{Machines: f.names})
+	f.cp = controlplanetest.Start(t, controlplane.Options{Machines: f.names})
 	for _, file := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
 		out, err := f.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(repoRoot(t), "manifests", file))
 		assert.NilError(t, err, out)

@@ -26,6 +26,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
 	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 )
@@ -74,7 +75,7 @@ func setup(t *testing.T, spec fleetSpec) *env {
 	for i := range spec.leaders + spec.workers {
 		e.names = append(e.names, fmt.Sprintf("node-%d", i+1))
 	}
-	e.cp = controlplane.StartForTest(t, controlplane.Options{Machines: e.names})
+	e.cp = controlplanetest.Start(t, controlplane.Options{Machines: e.names})
 	fleetsim.Install(ctx, t, e.cp)
 	var err error
 	e.liken, err = versioned.NewForConfig(e.cp.AdminConfig())

@@ -28,6 +28,7 @@ import (
 	"liken.sh/liken/cli/install"
 	clilab "liken.sh/liken/cli/lab"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
 	"liken.sh/liken/cli/layer"
 	clirelease "liken.sh/liken/cli/release"
 	boote2e "liken.sh/liken/e2e/boot"
@@ -83,7 +84,7 @@ func newLab(t *testing.T) *lab {
 	assert.NilError(t, err)
 	id, secret, err := layer.BootstrapToken(l.identity.Files[layer.TokenFile])
 	assert.NilError(t, err)
-	l.cp = controlplane.StartForTest(t, controlplane.Options{
+	l.cp = controlplanetest.Start(t, controlplane.Options{
 		CA:        &controlplane.CA{Cert: l.identity.Files["server-ca.crt"], Key: l.identity.Files["server-ca.key"]},
 		JoinToken: id + "." + secret,
 	})

@@ -443,7 +443,7 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 		}
 	}
 	files := map[string]string{
-		"etc/liken/release": "VERSION=" + b.version + "\n",
+		image.ReleaseFile: image.ReleaseFileContent(b.version),
 		"etc/hostname":      "liken\n",
 		// systemd gives each boot a machine ID in memory.
 		"etc/machine-id":  "",

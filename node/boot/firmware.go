@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 )
 
+// ExitReboot is the exit code of the lab's liken-node for a reboot: the
+// lab's simulated firmware boots the machine again when it sees it.
+const ExitReboot = 100
+
 // Source says which copy a boot decision came from.
 type Source string
 

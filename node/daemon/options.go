@@ -17,10 +17,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/image"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/watchdog"
-	"liken.sh/liken/release"
 )
 
 // BootInfo is what the running boot says about itself.
@@ -63,7 +63,7 @@ func ReadBootInfo(cmdlineFile, bootIDFile, releaseFile, statFile string) (BootIn
 	if err != nil {
 		return bi, fmt.Errorf("reading the running image's release file: %w", err)
 	}
-	if bi.Version, err = ParseReleaseFile(b); err != nil {
+	if bi.Version, err = image.ParseReleaseFile(b); err != nil {
 		return bi, fmt.Errorf("%s: %w", releaseFile, err)
 	}
 	b, err = os.ReadFile(statFile)
@@ -94,41 +94,6 @@ func ParseBootTime(stat []byte) (time.Time, error) {
 	return time.Time{}, errors.New("no btime line: the boot time is unknown")
 }
 
-// ParseReleaseFile reads the version of the running image from its release
-// file (/etc/liken/release): either VERSION=<version> (or
-// LIKEN_VERSION=, optionally quoted) in os-release style, or the version
-// alone on the first line.
-func ParseReleaseFile(b []byte) (string, error) {
-	if len(b) > 64<<10 {
-		return "", errors.New("the release file is larger than 64 KiB")
-	}
-	var first string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		l := strings.TrimSpace(sc.Text())
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		if k, v, ok := strings.Cut(l, "="); ok {
-			if k == "VERSION" || k == "LIKEN_VERSION" {
-				v = strings.Trim(v, `"'`)
-				if !release.ValidVersion(v) {
-					return "", fmt.Errorf("%s=%q is not a release version (YYYY.MM.DD-NNN)", k, v)
-				}
-				return v, nil
-			}
-			continue
-		}
-		if first == "" {
-			first = l
-		}
-	}
-	if release.ValidVersion(first) {
-		return first, nil
-	}
-	return "", errors.New("no release version found: the file holds VERSION=YYYY.MM.DD-NNN or the version alone")
-}
-
 // Rebooter reboots the machine.
 type Rebooter interface {
 	// Reboot restarts the machine; the state on disk is already written.
@@ -138,12 +103,8 @@ type Rebooter interface {
 }
 
 // ErrRebooted is returned by Run when the daemon stopped for a simulated
-// reboot: the lab's liken-node exits with ExitReboot.
+// reboot: the lab's liken-node exits with boot.ExitReboot.
 var ErrRebooted = errors.New("the machine reboots")
-
-// ExitReboot is the exit code of liken-node for a reboot in the lab: the
-// lab's simulated firmware boots the machine again when it sees it.
-const ExitReboot = 100
 
 // SystemRebooter reboots the machine with the reboot system call after
 // flushing the file systems.

@@ -69,7 +69,7 @@ func run() int {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := runDaemon(cmd.Context(), f)
 			if errors.Is(err, daemon.ErrRebooted) {
-				exit = daemon.ExitReboot
+				exit = boot.ExitReboot
 				return nil
 			}
 			return err

@@ -1,15 +1,18 @@
-package controlplane
+// Package controlplanetest starts a real control plane for one test; it is kept out of package controlplane so that the liken binary does not link the test framework.
+package controlplanetest
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"liken.sh/liken/cli/lab/controlplane"
 )
 
-// StartForTest starts a control plane for one test in a temporary folder
+// Start starts a control plane for one test in a temporary folder
 // and stops it when the test ends. A failed test gets the tail of every
 // component's log. A missing binary fails the test: it never skips.
-func StartForTest(t testing.TB, opts Options) *ControlPlane {
+func Start(t testing.TB, opts controlplane.Options) *controlplane.ControlPlane {
 	t.Helper()
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
@@ -20,7 +23,7 @@ func StartForTest(t testing.TB, opts Options) *ControlPlane {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	cp, err := Start(ctx, opts)
+	cp, err := controlplane.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("starting the control plane: %v", err)
 	}
