@@ -19,7 +19,6 @@ const ReleaseFile = "etc/liken/release"
 // ReleaseFileContent is the release file of an image of version.
 func ReleaseFileContent(version string) string { return "VERSION=" + version + "\n" }
 
-
 // The files make image writes into its output folder. A release of the
 // image carries the root as its image and the others as artifacts at
 // their Artifact paths.

@@ -444,7 +444,7 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 	}
 	files := map[string]string{
 		image.ReleaseFile: image.ReleaseFileContent(b.version),
-		"etc/hostname":      "liken\n",
+		"etc/hostname":    "liken\n",
 		// systemd gives each boot a machine ID in memory.
 		"etc/machine-id":  "",
 		"etc/resolv.conf": "",
