@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"liken.sh/liken/image"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"liken.sh/liken/image"
 	"liken.sh/liken/release"
 )
 

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 )
 
@@ -93,22 +94,6 @@ type labOptions struct {
 	realGrace bool
 }
 
-// binDir is $LIKEN_BIN, or _output/bin of the source tree.
-func binDir(t *testing.T) string {
-	if d := os.Getenv("LIKEN_BIN"); d != "" {
-		return d
-	}
-	wd, err := os.Getwd()
-	assert.NilError(t, err)
-	for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, "_output", "bin")
-		}
-	}
-	t.Fatalf("no go.mod above %s: set LIKEN_BIN to the folder that holds liken", wd)
-	return ""
-}
-
 // startLab runs liken lab up and starts the watcher. liken lab down runs
 // when the test ends, after the watcher's last check and, on failure, a
 // dump of the lab's state and logs.
@@ -121,7 +106,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 		t.Fatalf("only %s left before go test's -timeout; a lab scenario needs up to %s: run these tests with -timeout 30m (as make test does)",
 			time.Until(deadline).Round(time.Second), minTimeLeft)
 	}
-	bin := binDir(t)
+	bin := fleetsim.BinDir(t)
 	for _, b := range []string{"liken", "liken-node", "cluster-operator", "kube"} {
 		_, err := os.Stat(filepath.Join(bin, b))
 		assert.NilError(t, err, "the lab needs %s: run make build (or set LIKEN_BIN)", b)

@@ -6,7 +6,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,6 +30,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/daemon/daemontest"
@@ -52,19 +52,13 @@ type env struct {
 	d1    string
 }
 
-func repoRoot(t *testing.T) string {
-	wd, err := os.Getwd()
-	assert.NilError(t, err)
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
-}
-
 func setup(t *testing.T) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx}
 	e.cp = controlplanetest.Start(t, controlplane.Options{Machines: machines})
 	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := e.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(repoRoot(t), "manifests", f))
+		out, err := e.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(fleetsim.RepoRoot(t), "manifests", f))
 		assert.NilError(t, err, out)
 	}
 	var err error

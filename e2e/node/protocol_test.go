@@ -23,6 +23,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/daemon/daemontest"
@@ -49,18 +50,6 @@ type fleet struct {
 	most  int                             // most turns held at once
 }
 
-func operatorBinary(t *testing.T) string {
-	dir := os.Getenv("LIKEN_BIN")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(t), "_output", "bin")
-	}
-	p := filepath.Join(dir, "cluster-operator")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("cluster-operator not found at %s: run `make build` or set LIKEN_BIN (%v)", p, err)
-	}
-	return p
-}
-
 func newFleet(t *testing.T, policies map[string]likenv1.RebootPolicy) *fleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -68,7 +57,7 @@ func newFleet(t *testing.T, policies map[string]likenv1.RebootPolicy) *fleet {
 	f.names = []string{"n-1", "n-2", "n-3"}
 	f.cp = controlplanetest.Start(t, controlplane.Options{Machines: f.names})
 	for _, file := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := f.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(repoRoot(t), "manifests", file))
+		out, err := f.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(fleetsim.RepoRoot(t), "manifests", file))
 		assert.NilError(t, err, out)
 	}
 	var err error
@@ -202,7 +191,7 @@ func (f *fleet) startOperator() {
 	logPath := filepath.Join(f.cp.Dir, "logs", "operator.log")
 	logFile, err := os.Create(logPath)
 	assert.NilError(f.t, err)
-	cmd := exec.Command(operatorBinary(f.t), "--kubeconfig", f.cp.OperatorKubeconfig, "--identity", "op-1",
+	cmd := exec.Command(fleetsim.Binary(f.t, "cluster-operator"), "--kubeconfig", f.cp.OperatorKubeconfig, "--identity", "op-1",
 		"--metrics-bind-address", "0", "--startup-grace", "2s", "-v", "2")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -46,15 +46,21 @@ func RepoRoot(t testing.TB) string {
 	return ""
 }
 
-// Binary is the path of one of liken's programs: in $LIKEN_BIN, else in
-// _output/bin of the source tree. A missing program fails the test.
+// BinDir is the folder of liken's programs: $LIKEN_BIN, else _output/bin
+// of the source tree.
+func BinDir(t testing.TB) string {
+	t.Helper()
+	if dir := os.Getenv("LIKEN_BIN"); dir != "" {
+		return dir
+	}
+	return filepath.Join(RepoRoot(t), "_output", "bin")
+}
+
+// Binary is the path of one of liken's programs, in BinDir. A missing
+// program fails the test.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
-	dir := os.Getenv("LIKEN_BIN")
-	if dir == "" {
-		dir = filepath.Join(RepoRoot(t), "_output", "bin")
-	}
-	p := filepath.Join(dir, name)
+	p := filepath.Join(BinDir(t), name)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("%s not found at %s: run `make build` or set LIKEN_BIN (%v)", name, p, err)
 	}
