@@ -145,11 +145,6 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return c.queue.Run(ctx, workers, c.synced...)
 }
 
-// Sync judges one machine (tests drive it directly).
-func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, error) {
-	return c.sync(ctx, name)
-}
-
 // LastSeen is when this copy last saw the machine's Node Lease change (or
 // first saw it).
 func (c *Controller) LastSeen(name string) (time.Time, bool) {

@@ -149,7 +149,7 @@ func (f *fixture) sync(name string) time.Duration {
 		}
 		return poll.Success()
 	})
-	after, err := f.ctrl.Sync(f.ctx, name)
+	after, err := f.ctrl.sync(f.ctx, name)
 	assert.NilError(f.t, err)
 	return after
 }
@@ -329,7 +329,7 @@ func TestFencedCopyWritesNoVerdict(t *testing.T) {
 	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")})
 	f.fenceErr = leadership.ErrNotLeader
 	f.clock.Step(time.Minute)
-	_, err := f.ctrl.Sync(f.ctx, "a")
+	_, err := f.ctrl.sync(f.ctx, "a")
 	assert.Assert(t, errors.Is(err, leadership.ErrNotLeader))
 	assert.Equal(t, f.phase("a"), likenv1.MachineReady)
 }

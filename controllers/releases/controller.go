@@ -143,12 +143,6 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return c.queue.Run(ctx, workers, c.synced)
 }
 
-// Sync reads the channel of the cluster named key if a read is due (tests
-// drive it directly).
-func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error) {
-	return c.sync(ctx, key)
-}
-
 // interval is how long after checkedAt the next read is due.
 func (c *Controller) interval(cl *likenv1.Cluster) time.Duration {
 	poll := cl.Spec.Releases.PollIntervalOrDefault()

@@ -96,7 +96,7 @@ func (f *fixture) stored() *likenv1.Cluster {
 func (f *fixture) sync() time.Duration {
 	f.t.Helper()
 	assert.NilError(f.t, f.informer.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(f.stored()))
-	d, err := f.ctrl.Sync(f.ctx, "lab")
+	d, err := f.ctrl.sync(f.ctx, "lab")
 	assert.NilError(f.t, err)
 	return d
 }
@@ -245,7 +245,7 @@ func TestWriteRetriesOnConflictWithOwnFieldsOnly(t *testing.T) {
 	_, err := f.client.LikenV1alpha1().Clusters().UpdateStatus(f.ctx, other, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 
-	_, err = f.ctrl.Sync(f.ctx, "lab") // cache holds the older version
+	_, err = f.ctrl.sync(f.ctx, "lab") // cache holds the older version
 	assert.NilError(t, err)
 	st := f.stored().Status
 	assert.Equal(t, st.Releases.Available, "2026.11.01-001")

@@ -164,7 +164,7 @@ func BenchmarkSync(b *testing.B) {
 			b.ReportAllocs()
 			syncs := 0
 			for b.Loop() {
-				if _, err := ctrl.Sync(ctx, "lab"); err != nil {
+				if _, err := ctrl.sync(ctx, "lab"); err != nil {
 					b.Fatal(err)
 				}
 				syncs++
@@ -203,7 +203,7 @@ func TestBenchmarkSmoke(t *testing.T) {
 			assert.Equal(t, len(Decide(in).Granted), 1, "one decision at 5,000 machines inside one of 32 windows")
 			ctrl, w := syncAtScale(t, withNodes)
 			for range 3 {
-				_, err := ctrl.Sync(ctx, "lab")
+				_, err := ctrl.sync(ctx, "lab")
 				assert.NilError(t, err)
 			}
 			assert.Equal(t, w.writes, 3, "every sync at 5,000 machines grants a turn and writes it")

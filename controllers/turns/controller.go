@@ -244,11 +244,6 @@ func (c *Controller) observe(cluster string) (machines []*likenv1.Machine, nodes
 	return machines, nodes, silent, now, nil
 }
 
-// Sync decides once for the cluster named key (tests drive it directly).
-func (c *Controller) Sync(ctx context.Context, key string) (time.Duration, error) {
-	return c.sync(ctx, key)
-}
-
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	cluster, err := c.clusters.Get(key)
 	if apierrors.IsNotFound(err) {

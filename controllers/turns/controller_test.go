@@ -132,7 +132,7 @@ func TestControllerGrantsWithTheResourceVersionItRead(t *testing.T) {
 		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease),
 		tu.Machine("other", tu.InCluster("elsewhere"), tu.WantsRelease),
 		tu.Node("a", true), tu.Node("b", true))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 
 	c := f.stored("lab")
@@ -148,7 +148,7 @@ func TestControllerGrantsWithTheResourceVersionItRead(t *testing.T) {
 	// Nothing changed: no write.
 	f.refresh("lab")
 	before := f.updates()
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.updates(), before)
 }
@@ -164,7 +164,7 @@ func TestControllerConflictDecidesAgain(t *testing.T) {
 	_, err := f.client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), other, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.Assert(t, err != nil, "a write from a stale read must fail")
 	assert.Assert(t, apierrors.IsConflict(errors.Unwrap(err)), "%v", err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "b", "the stale grant added no turn")
@@ -172,7 +172,7 @@ func TestControllerConflictDecidesAgain(t *testing.T) {
 
 	// With the newer version read, the budget is full: no grant.
 	f.refresh("lab")
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "b")
 }
@@ -180,7 +180,7 @@ func TestControllerConflictDecidesAgain(t *testing.T) {
 func TestControllerFencedCopyDoesNotGrant(t *testing.T) {
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2)), tu.Machine("a", tu.WantsRelease))
 	f.fenceErr = leadership.ErrNotLeader
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.Assert(t, errors.Is(err, leadership.ErrNotLeader))
 	assert.Equal(t, f.updates(), 0)
 }
@@ -188,7 +188,7 @@ func TestControllerFencedCopyDoesNotGrant(t *testing.T) {
 func TestControllerStartupGraceRequeues(t *testing.T) {
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2)), tu.Machine("a", tu.WantsRelease))
 	f.clock.SetTime(tu.Epoch.Add(10 * time.Second))
-	after, err := f.ctrl.Sync(context.Background(), "lab")
+	after, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, after, 30*time.Second)
 	c := f.stored("lab")
@@ -196,7 +196,7 @@ func TestControllerStartupGraceRequeues(t *testing.T) {
 	f.refresh("lab")
 
 	f.clock.SetTime(tu.Epoch.Add(40 * time.Second))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "a")
 }
@@ -208,7 +208,7 @@ func TestControllerWaitsForTheWindow(t *testing.T) {
 	// now is Monday 11:00 UTC; the window opens at 11:30 UTC.
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(tu.Window("Mon", "11:30", time.Hour, "UTC"))),
 		tu.Machine("a", tu.WantsRelease), tu.Node("a", true))
-	requeue, err := f.ctrl.Sync(context.Background(), "lab")
+	requeue, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, requeue, 30*time.Minute)
 	c := f.stored("lab")
@@ -222,13 +222,13 @@ func TestControllerWaitsForTheWindow(t *testing.T) {
 	f.refresh("lab")
 	writes := f.updates()
 	f.clock.Step(29 * time.Minute)
-	requeue, err = f.ctrl.Sync(context.Background(), "lab")
+	requeue, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, requeue, time.Minute)
 	assert.Equal(t, f.updates(), writes)
 
 	f.clock.Step(requeue)
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	c = f.stored("lab")
 	assert.Equal(t, c.Status.Turns, "a")
@@ -241,7 +241,7 @@ func TestControllerWaitsForTheWindow(t *testing.T) {
 func TestControllerInvalidWindowWarns(t *testing.T) {
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Windows(tu.Window("Sat", "22:00", 4*time.Hour, "Europe/Berln"))),
 		tu.Machine("a", tu.WantsRelease), tu.Node("a", true))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	c := f.stored("lab")
 	assert.Equal(t, c.Status.Turns, "")
@@ -253,7 +253,7 @@ func TestControllerInvalidWindowWarns(t *testing.T) {
 
 	// Once is enough: the next sync sees the same condition.
 	f.refresh("lab")
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, len(f.events()), 0)
 }
@@ -266,7 +266,7 @@ func TestControllerEventsForEndings(t *testing.T) {
 			tu.Turn("gone", likenv1.TurnRelease, false, after.Add(-time.Minute)))),
 		tu.Machine("a", tu.FinishedOn(tu.Version2)),
 		tu.Machine("b", tu.WantsRelease, tu.TrialFailed))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	all := strings.Join(f.events(), "\n")
 	for _, want := range []string{"Normal TurnFinished", "Normal TrialSucceeded", "Warning TrialFailed", "Normal TurnTakenBack"} {
@@ -297,7 +297,7 @@ func TestControllerWritesLedgerAndColumnsTogether(t *testing.T) {
 		tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
 		tu.Machine("a", tu.WantsRelease, tu.Leader), tu.Machine("b", tu.WantsRelease),
 		tu.Node("a", true), tu.Node("b", true))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.updates(), 1, "one write carries the grant and the columns")
 	c := f.stored("lab")
@@ -319,7 +319,7 @@ func TestControllerWritesLedgerAndColumnsTogether(t *testing.T) {
 	// and they are written.
 	f.refresh("lab")
 	f.setMachine(tu.Machine("a", tu.WantsRelease, tu.Leader, tu.Phase(likenv1.MachineUpdating)))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.updates(), 2)
 	ready = meta.FindStatusCondition(f.stored("lab").Status.Conditions, likenv1.ConditionReady)
@@ -331,7 +331,7 @@ func TestControllerWritesLedgerAndColumnsTogether(t *testing.T) {
 	f.refresh("lab")
 	f.setMachine(tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version2)))
 	assert.NilError(t, f.ctrl.nodes.Update(tu.Node("a", true, tu.Heartbeat(after.Add(time.Second)))))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.updates(), 3)
 	c = f.stored("lab")
@@ -340,7 +340,7 @@ func TestControllerWritesLedgerAndColumnsTogether(t *testing.T) {
 
 	// Deleted: the metric goes.
 	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Delete(c))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, promtestutil.CollectAndCount(f.metrics.Machines), 0)
 }
@@ -358,7 +358,7 @@ func TestControllerColumnsMoveWhileNothingIsGranted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.cluster, tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
 			f.clock.SetTime(tc.now)
-			_, err := f.ctrl.Sync(context.Background(), "lab")
+			_, err := f.ctrl.sync(context.Background(), "lab")
 			assert.NilError(t, err)
 			c := f.stored("lab")
 			assert.Equal(t, c.Status.Turns, "")
@@ -369,7 +369,7 @@ func TestControllerColumnsMoveWhileNothingIsGranted(t *testing.T) {
 			// is granted.
 			f.refresh("lab")
 			f.setMachine(tu.Machine("b", tu.WantsRelease))
-			_, err = f.ctrl.Sync(context.Background(), "lab")
+			_, err = f.ctrl.sync(context.Background(), "lab")
 			assert.NilError(t, err)
 			c = f.stored("lab")
 			assert.Equal(t, c.Status.Turns, "")
@@ -381,14 +381,14 @@ func TestControllerColumnsMoveWhileNothingIsGranted(t *testing.T) {
 func TestControllerFenceGuardsLedgerWritesNotColumns(t *testing.T) {
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0")),
 		tu.Machine("a", tu.WantsRelease), tu.Machine("b"))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	f.refresh("lab")
 	f.fenceErr = leadership.ErrNotLeader
 
 	// Only a column changes: written without the lease, the ledger as read.
 	f.setMachine(tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.updates(), 2)
 	assert.Assert(t, is.Contains(meta.FindStatusCondition(f.stored("lab").Status.Conditions, likenv1.ConditionReady).Message, "b (Downloading"))
@@ -398,7 +398,7 @@ func TestControllerFenceGuardsLedgerWritesNotColumns(t *testing.T) {
 	c := f.stored("lab")
 	c.Spec.Disruption = tu.Cluster("lab").Spec.Disruption
 	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.Assert(t, errors.Is(err, leadership.ErrNotLeader), "%v", err)
 	assert.Assert(t, is.Contains(err.Error(), "granting turns to a in cluster lab"))
 	assert.Equal(t, f.updates(), 2)
@@ -416,7 +416,7 @@ func TestControllerGrantOrder(t *testing.T) {
 	}
 	objs = append(objs, tu.Machine("leader-b", tu.Leader, tu.WantsReboot), tu.Machine("leader-a", tu.Leader, tu.WantsReboot))
 	f := newFixture(t, objs...)
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "leader-a,Node-3,a,node-,node-0,node-1,node-1-a,node-10,node-2,node-20,z")
 
@@ -427,7 +427,7 @@ func TestControllerGrantOrder(t *testing.T) {
 	assert.NilError(t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Delete(tu.Machine("z")))
 	assert.NilError(t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(tu.Machine("node-11", tu.WantsReboot)))
 	assert.NilError(t, f.clusters.Liken().V1alpha1().Machines().Informer().GetIndexer().Add(tu.Machine("b", tu.WantsReboot)))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "leader-a,a,node-,node-0,node-1,node-1-a,node-10,node-2,node-20,b,node-11")
 }
@@ -449,7 +449,7 @@ func (f *fixture) grantLatencySum() (float64, uint64) {
 func TestControllerGrantLatencyCountsFromTheCurrentChange(t *testing.T) {
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0")),
 		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	f.refresh("lab")
 
@@ -458,12 +458,12 @@ func TestControllerGrantLatencyCountsFromTheCurrentChange(t *testing.T) {
 	f.clock.Step(5 * time.Second)
 	f.setMachine(tu.Machine("a", tu.WantsRelease, tu.Change("change-a2")))
 	f.setMachine(tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	f.refresh("lab")
 	f.clock.Step(1 * time.Second)
 	f.setMachine(tu.Machine("b", tu.WantsRelease))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	f.refresh("lab")
 
@@ -472,7 +472,7 @@ func TestControllerGrantLatencyCountsFromTheCurrentChange(t *testing.T) {
 	c := f.stored("lab")
 	c.Spec.Disruption = tu.Cluster("lab", tu.MaxUnavailable("2")).Spec.Disruption
 	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "a,b")
 	sum, n := f.grantLatencySum()
@@ -486,13 +486,13 @@ func TestControllerGrantLatencyCountsFromTheCurrentChange(t *testing.T) {
 func TestControllerDecidesFromItsOwnWriteBeforeTheCacheHasIt(t *testing.T) {
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("1")),
 		tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsRelease))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "a")
 
 	// a takes its turn and finishes before the cache shows the grant.
 	f.setMachine(tu.Machine("a", tu.FinishedOn(tu.Version2)))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	c := f.stored("lab")
 	assert.Equal(t, c.Status.Turns, "b")
@@ -506,12 +506,12 @@ func TestControllerDecidesFromItsOwnWriteBeforeTheCacheHasIt(t *testing.T) {
 	_, err = f.client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), other, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	f.setMachine(tu.Machine("b", tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.Assert(t, apierrors.IsConflict(errors.Unwrap(err)), "%v", err)
 
 	// Once the cache has the newer version, the decision goes through.
 	f.refresh("lab")
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Releases.Available, tu.Version2)
 }
@@ -534,7 +534,7 @@ func TestControllerTurnEndsOnANodeAPersonCordoned(t *testing.T) {
 					tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Minute)))),
 				tu.Machine("a", tu.FinishedOn(tu.Version2)),
 				tu.Node("a", true, tc.node, tu.Heartbeat(after)))
-			_, err := f.ctrl.Sync(context.Background(), "lab")
+			_, err := f.ctrl.sync(context.Background(), "lab")
 			assert.NilError(t, err)
 			c := f.stored("lab")
 			assert.Equal(t, len(c.Status.RebootTurns) == 0, tc.finished, "ledger: %v", c.Status.RebootTurns)
@@ -554,7 +554,7 @@ func TestControllerHaltMetricAfterFailover(t *testing.T) {
 	gauge := func(reason string) float64 {
 		return promtestutil.ToFloat64(f.metrics.RolloutHalted.WithLabelValues("lab", reason))
 	}
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, gauge(likenv1.ReasonTrialFailed), 1.0)
 	assert.Equal(t, gauge(likenv1.ReasonRolloutStalled), 0.0)
@@ -563,7 +563,7 @@ func TestControllerHaltMetricAfterFailover(t *testing.T) {
 	c := f.stored("lab")
 	c.Spec.Version = tu.Version1 // a new spec.version lifts the halt
 	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Assert(t, f.stored("lab").Status.Halt == nil)
 	assert.Equal(t, gauge(likenv1.ReasonTrialFailed), 0.0)
@@ -592,7 +592,7 @@ func TestControllerLeaderTurnEndsWhenItsNodeIsBack(t *testing.T) {
 		tu.Machine("l2", tu.Leader, tu.WantsRelease),
 		tu.Node("l1", true, tu.Heartbeat(granted.Add(-5*time.Second)), tu.NodeBootID("boot-1-l1")),
 		tu.Node("l2", true, tu.Heartbeat(granted)))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "l1", "the turn ended on a Node Ready from before the reboot")
 
@@ -600,7 +600,7 @@ func TestControllerLeaderTurnEndsWhenItsNodeIsBack(t *testing.T) {
 	f.refresh("lab")
 	n := tu.Node("l1", true, tu.Heartbeat(after), tu.NodeBootID("boot-2-l1"))
 	assert.NilError(t, f.ctrl.nodes.Update(n))
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "l2")
 	assert.Assert(t, is.Contains(strings.Join(f.events(), "\n"), "Normal TrialSucceeded Machine l1 proved release "+tu.Version2))
@@ -612,7 +612,7 @@ func TestControllerEventNotesAreBounded(t *testing.T) {
 	b := tu.Machine("b", tu.WantsRelease, tu.TrialFailed)
 	b.Status.Conditions[0].Message = strings.Repeat("x", 32<<10)
 	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(tu.Turn("b", likenv1.TurnRelease, false, after.Add(-time.Minute)))), b)
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	evs := f.events()
 	assert.Assert(t, len(evs) > 0)
@@ -655,14 +655,14 @@ func TestControllerReadsSilenceUnderTheLivenessHold(t *testing.T) {
 		tu.Node("a", true), tu.Node("b", true))
 	live := &heldLiveness{silent: map[string]bool{"b": true}}
 	f.ctrl.cfg.Liveness = live
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.DeepEqual(t, live.log, []string{"hold", "release"})
 	assert.Equal(t, f.stored("lab").Status.Turns, "")
 
 	live.silent = nil
 	f.refresh("lab")
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "a")
 }

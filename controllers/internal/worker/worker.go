@@ -79,10 +79,6 @@ func (q *Queue) runWorker(ctx context.Context) {
 	}
 }
 
-// ProcessNext syncs one key from the queue; false once the queue shut
-// down. Tests use it to drive a controller step by step.
-func (q *Queue) ProcessNext(ctx context.Context) bool { return q.processNext(ctx) }
-
 func (q *Queue) processNext(ctx context.Context) bool {
 	key, shutdown := q.queue.Get()
 	if shutdown {

@@ -35,7 +35,7 @@ func TestQueueRequeues(t *testing.T) {
 		q.Add(k)
 	}
 	for range results {
-		assert.Assert(t, q.ProcessNext(ctx))
+		assert.Assert(t, q.processNext(ctx))
 	}
 	assert.Equal(t, len(synced), 4)
 	// Failures come back after the first backoff (5 ms); "later" after 5 s.
@@ -46,8 +46,8 @@ func TestQueueRequeues(t *testing.T) {
 		}
 		return poll.Continue("%d keys queued", q.Len())
 	})
-	q.ProcessNext(ctx)
-	q.ProcessNext(ctx)
+	q.processNext(ctx)
+	q.processNext(ctx)
 	assert.Equal(t, synced["failed"], 2)
 	assert.Equal(t, synced["conflict"], 2)
 	assert.Equal(t, synced["later"], 1)
@@ -60,7 +60,7 @@ func TestQueueRequeues(t *testing.T) {
 		return poll.Continue("%d keys queued", q.Len())
 	})
 	for q.Len() > 0 {
-		q.ProcessNext(ctx)
+		q.processNext(ctx)
 	}
 	assert.Equal(t, synced["later"], 2)
 	assert.Equal(t, synced["done"], 1)
