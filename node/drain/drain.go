@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -212,7 +213,9 @@ type Options struct {
 	Clock clock.WithTicker
 	// Timeout is how long the drain may take before it reports Blocked.
 	Timeout time.Duration
-	// Poll is how often the drain lists the node's pods (default 1s).
+	// Poll is how often the drain lists the node's pods when nothing
+	// wakes it earlier: a change of one of the node's pods, seen through a
+	// watch, makes it list them at once (default 1s).
 	Poll time.Duration
 	// RetryMin and RetryMax bound the backoff of a refused eviction
 	// (defaults 1s and 30s).
@@ -253,16 +256,32 @@ func Run(ctx context.Context, o Options) error {
 	start := o.Clock.Now()
 	states := map[types.UID]*podState{}
 	var lastBlocked string
+	onNode := fields.OneTermEqualSelector("spec.nodeName", o.Node).String()
+	// A watch on the node's pods wakes the drain as soon as one changes
+	// (an evicted pod is gone), so it does not wait for the next list;
+	// the list stays the only truth, and Poll its fallback.
+	var w watch.Interface
+	defer func() {
+		if w != nil {
+			w.Stop()
+		}
+	}()
 	for {
-		pods, err := o.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", o.Node).String(),
-		})
+		pods, err := o.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: onNode})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			log.Error(err, "Listing the node's pods failed; retrying")
 		} else {
+			if w == nil {
+				// Opened before any eviction, from the list's version: no
+				// change after the list is missed.
+				if w, err = o.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{FieldSelector: onNode, ResourceVersion: pods.ResourceVersion}); err != nil {
+					w = nil
+					log.V(2).Info("Cannot watch the node's pods; listing them every poll", "err", err, "poll", o.Poll)
+				}
+			}
 			var holders, others []*corev1.Pod
 			for i := range pods.Items {
 				p := &pods.Items[i]
@@ -345,10 +364,22 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 		}
+		var changed <-chan watch.Event
+		if w != nil {
+			changed = w.ResultChan()
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-o.Clock.After(o.Poll):
+		case _, open := <-changed:
+			// One list answers every change already queued.
+			for open && len(changed) > 0 {
+				_, open = <-changed
+			}
+			if !open {
+				w = nil // ended (expired, or the connection dropped): opened again after the next list
+			}
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 )
@@ -225,3 +226,38 @@ func TestRunStopsWithItsContext(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRunWakesWhenTheEvictedPodIsGone: the pods terminate a while after
+// their eviction, as a kubelet stops them; the drain sees them gone
+// through its watch, not at its next poll (the clock never reaches it).
+func TestRunWakesWhenTheEvictedPodIsGone(t *testing.T) {
+	c := fake.NewClientset(pod("web-1"), pod("web-2"))
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		obj, err := c.Tracker().Get(gvr, ev.Namespace, ev.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		p := obj.(*corev1.Pod).DeepCopy()
+		p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		if err := c.Tracker().Update(gvr, p, ev.Namespace); err != nil {
+			return true, nil, err
+		}
+		go func() {
+			time.Sleep(20 * time.Millisecond) // the kubelet stopping the containers
+			_ = c.Tracker().Delete(gvr, ev.Namespace, ev.Name)
+		}()
+		return true, nil, nil
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	assert.NilError(t, Run(ctx, Options{Client: c, Node: "node-1", Clock: clk, Poll: time.Hour}))
+	left, err := c.CoreV1().Pods("app").List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, len(left.Items), 0)
+}
