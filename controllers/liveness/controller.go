@@ -91,6 +91,12 @@ type Controller struct {
 	// informer delivers a newer Machine, the cache may still show it alive,
 	// so Silent says it is down.
 	pending map[string]string
+	// judged holds, per machine written Lost, the renewal its Lease showed
+	// then: one verdict per silence. If the machine's daemon writes its own
+	// phase while its kubelet still renews nothing (a slow trial boot), the
+	// verdict is not written again until a renewal ends the silence; the
+	// machine still counts as silent for the turns.
+	judged map[string]string
 	// seen is, per machine, the last time (on this copy's clock) its Lease
 	// changed, or it was first observed.
 	seen map[string]time.Time
@@ -112,6 +118,7 @@ func New(cfg Config) (*Controller, error) {
 		value:    map[string]string{},
 		listed:   map[string]bool{},
 		pending:  map[string]string{},
+		judged:   map[string]string{},
 	}
 	c.queue = worker.New("liveness", cfg.Clock, c.sync)
 	c.synced = []cache.InformerSynced{cfg.Machines.Informer().HasSynced, cfg.Clusters.Informer().HasSynced, cfg.Leases.Informer().HasSynced}
@@ -304,6 +311,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		delete(c.value, name)
 		delete(c.listed, name)
 		delete(c.pending, name)
+		delete(c.judged, name)
 		c.mu.Unlock()
 		return 0, nil
 	}
@@ -316,7 +324,13 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
 	seen, ok := c.seen[name]
+	verdict, judged := c.judged[name]
+	same := judged && verdict == c.value[name]
 	c.mu.Unlock()
+	if same {
+		// Written Lost already in this silence; a renewal wakes this sync.
+		return 0, nil
+	}
 	if !ok || seen.Before(c.cfg.Term.Since) {
 		seen = c.cfg.Term.Since
 	}
@@ -395,5 +409,8 @@ func (c *Controller) writeLost(ctx context.Context, m *likenv1.Machine, judged t
 		return false, fmt.Errorf("writing machine %s Lost: %w", name, err)
 	}
 	written = true
+	c.mu.Lock()
+	c.judged[name] = c.value[name]
+	c.mu.Unlock()
 	return true, nil
 }

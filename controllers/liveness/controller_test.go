@@ -419,3 +419,35 @@ func TestRenewalDeliveredDuringTheLeaseReadIsNotMissed(t *testing.T) {
 	assert.Equal(t, f.phase("a"), likenv1.MachineReady)
 	assert.Assert(t, !f.ctrl.Silent("a", f.clock.Now()))
 }
+
+// TestOneVerdictPerSilence: a machine whose daemon writes its own phase
+// again while its kubelet still renews nothing (a slow trial boot) is not
+// written Lost again and again; it stays silent for the turns until a
+// renewal ends the silence, and the next silence gets its own verdict.
+func TestOneVerdictPerSilence(t *testing.T) {
+	f := newFixture(t, []runtime.Object{tu.Cluster("lab"), tu.Machine("a")}, lease("a", tu.Epoch))
+	f.clock.Step(45 * time.Second)
+	f.sync("a")
+	assert.Equal(t, f.phase("a"), likenv1.MachineLost)
+
+	back := func() {
+		m, err := f.liken.LikenV1alpha1().Machines().Get(f.ctx, "a", metav1.GetOptions{})
+		assert.NilError(t, err)
+		m.Status.Phase = likenv1.MachineUpdating
+		_, err = f.liken.LikenV1alpha1().Machines().UpdateStatus(f.ctx, m, metav1.UpdateOptions{})
+		assert.NilError(t, err)
+	}
+	back()
+	f.clock.Step(time.Minute)
+	assert.Equal(t, f.sync("a"), time.Duration(0))
+	assert.Equal(t, f.phase("a"), likenv1.MachineUpdating, "written Lost twice in one silence")
+	assert.Assert(t, f.ctrl.Silent("a", f.clock.Now()))
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.MachinesLost.WithLabelValues("lab")), 1.0)
+
+	f.renew("a")
+	assert.Assert(t, !f.ctrl.Silent("a", f.clock.Now()))
+	f.clock.Step(DefaultLostAfter)
+	f.sync("a")
+	assert.Equal(t, f.phase("a"), likenv1.MachineLost, "a new silence gets its verdict")
+	assert.Equal(t, promtestutil.ToFloat64(f.metrics.MachinesLost.WithLabelValues("lab")), 2.0)
+}
