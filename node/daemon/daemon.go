@@ -230,7 +230,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 
 	log.Info("Waiting for the Machine, Cluster and Node caches")
-	if !cache.WaitForCacheSync(ctx.Done(), mi.Informer().HasSynced, ci.Informer().HasSynced, ni.Informer().HasSynced) {
+	// Woken when the caches are synced (WaitForCacheSync would look only
+	// every 100 ms, on every boot of a trial).
+	if !cache.WaitFor(ctx, "", mi.Informer().HasSyncedChecker(), ci.Informer().HasSyncedChecker(), ni.Informer().HasSyncedChecker()) {
 		return d.finish(ctx, log)
 	}
 	log.Info("Caches synced; reconciling")
