@@ -105,8 +105,9 @@ type trialRecord struct {
 	// itself before it rebooted to the proven slot.
 	Failure string `json:"failure,omitempty"`
 	// Resume is the Cluster's liken.sh/resume-rollout value when the trial
-	// was armed: a failure of this trial holds the release back until the
-	// value changes again.
+	// was armed. The failure record does not hold the release back on it:
+	// it takes the value the Cluster has when the failure is first seen
+	// (see trialFailure.ResumeUnseen); older daemons compare with this one.
 	Resume string `json:"resume,omitempty"`
 }
 
@@ -118,9 +119,16 @@ type trialFailure struct {
 	Digest  string    `json:"digest"`
 	Reason  string    `json:"reason"`
 	At      time.Time `json:"at"`
-	// Resume is the Cluster's liken.sh/resume-rollout value at the time;
-	// a new value retries the release.
+	// Resume is the Cluster's liken.sh/resume-rollout value when the
+	// failure was first reported; a new value retries the release.
 	Resume string `json:"resume,omitempty"`
+	// ResumeUnseen is set while no Cluster has been read since the
+	// failure: Resume still holds the value from arming time (what an
+	// older daemon, which ignores this field, compares with), and the
+	// first sync replaces it with the Cluster's value then, so a resume
+	// given between arming and the failure does not clear it unreported.
+	// (Written only as true: a record of an older daemon reads as seen.)
+	ResumeUnseen bool `json:"resumeUnseen,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "10m0s".
