@@ -151,6 +151,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// writeFile replaces a file atomically; a test makes it fail, as a disk
+// that refuses writes does (which a process running as root cannot be
+// made to see otherwise).
+var writeFile = atomicfile.Write
+
 // loadState reads the state under root; a missing file is an empty state.
 func loadState(root string) (*diskState, error) {
 	p := filepath.Join(root, StateFile)
@@ -193,7 +198,7 @@ func (st *diskState) save(root string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return fmt.Errorf("saving the daemon state: %w", err)
 	}
-	if err := atomicfile.Write(p, append(b, '\n'), 0o644); err != nil {
+	if err := writeFile(p, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("saving the daemon state %s: %w", p, err)
 	}
 	return nil
