@@ -113,7 +113,8 @@ type Fetcher struct {
 	// IdleTimeout cuts a transfer that sends nothing for this long; 0
 	// means DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// DocumentTimeout bounds the whole read of release.yaml; 0 means
+	// DocumentTimeout bounds the whole read of release.yaml (Fetch) and
+	// of index.yaml (FetchIndex), body included; 0 means
 	// DefaultDocumentTimeout.
 	DocumentTimeout time.Duration
 	// Progress, when set, is called with the bytes of the release's
@@ -137,6 +138,14 @@ type Result struct {
 	// Reused is how many artifact bytes an earlier attempt had already
 	// put in the slot.
 	Reused int64
+}
+
+// documentTimeout is DocumentTimeout, or its default.
+func (f *Fetcher) documentTimeout() time.Duration {
+	if f.DocumentTimeout <= 0 {
+		return DefaultDocumentTimeout
+	}
+	return f.DocumentTimeout
 }
 
 // errStalled is the cause of a request cut for sending nothing.
@@ -186,11 +195,7 @@ func (f *Fetcher) Fetch(ctx context.Context, source string, target Target, sink 
 	if err != nil {
 		return res, &Error{Reason: ReasonUnreachable, Version: target.Version, File: DocumentName, Err: err}
 	}
-	docTimeout := f.DocumentTimeout
-	if docTimeout <= 0 {
-		docTimeout = DefaultDocumentTimeout
-	}
-	b, err := getBounded(ctx, f.Client, docURL, MaxDocumentBytes, DocumentName, "MaxDocumentBytes", docTimeout)
+	b, err := getBounded(ctx, f.Client, docURL, MaxDocumentBytes, DocumentName, "MaxDocumentBytes", f.documentTimeout())
 	res.Transferred += int64(len(b))
 	if err != nil {
 		return res, withVersion(err, target.Version)
@@ -674,11 +679,19 @@ func withVersion(err error, version string) error {
 // FetchIndex reads and validates the index of the channel at source,
 // within DefaultDocumentTimeout. A nil client means http.DefaultClient.
 func FetchIndex(ctx context.Context, c *http.Client, source string) (*Index, error) {
+	return (&Fetcher{Client: c}).FetchIndex(ctx, source)
+}
+
+// FetchIndex reads and validates the index of the channel at source with
+// f's client. The whole read, body included, ends within DocumentTimeout:
+// a channel that sends the headers and then stalls is cut, and the error
+// (ReasonUnreachable) says so.
+func (f *Fetcher) FetchIndex(ctx context.Context, source string) (*Index, error) {
 	u, err := channelURL(source, IndexName)
 	if err != nil {
 		return nil, &Error{Reason: ReasonUnreachable, File: IndexName, Err: err}
 	}
-	b, err := getBounded(ctx, c, u, MaxIndexBytes, IndexName, "MaxIndexBytes", DefaultDocumentTimeout)
+	b, err := getBounded(ctx, f.Client, u, MaxIndexBytes, IndexName, "MaxIndexBytes", f.documentTimeout())
 	if err != nil {
 		return nil, err
 	}

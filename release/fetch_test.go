@@ -632,6 +632,40 @@ func TestFetchDocumentDeadline(t *testing.T) {
 	assert.NilError(t, err)
 }
 
+// TestFetchIndexDeadline: a channel that sends index.yaml's headers and
+// then stalls is cut after DocumentTimeout, with an error that says so,
+// and the next read gets the index.
+func TestFetchIndexDeadline(t *testing.T) {
+	// The test's own bound: without the deadline, FetchIndex would wait for it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newChannel(t)
+	target := c.publish(v1, standard...)
+	idx := release.NewIndex()
+	idx.Put(release.IndexEntry{Version: v1, Digest: target.Digest, Published: time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)})
+	b, err := idx.Marshal()
+	assert.NilError(t, err)
+	assert.NilError(t, os.WriteFile(filepath.Join(c.dir, release.IndexName), b, 0o644))
+	blk := &blockRule{after: 16, reached: make(chan struct{})}
+	c.set(func(c *testChannel) { c.block["/"+release.IndexName] = blk })
+
+	f := fetcher(c)
+	f.DocumentTimeout = 300 * time.Millisecond
+	_, err = f.FetchIndex(ctx, c.srv.URL)
+	assert.Check(t, is.Equal(release.ReasonOf(err), release.ReasonUnreachable), "%v", err)
+	assert.Check(t, is.Equal(release.FileOf(err), release.IndexName), "%v", err)
+	assert.ErrorContains(t, err, "took longer than 300ms")
+	select {
+	case <-blk.reached:
+	default:
+		t.Fatal("the channel never stalled: the cut came before the body")
+	}
+
+	got, err := f.FetchIndex(ctx, c.srv.URL)
+	assert.NilError(t, err)
+	assert.Equal(t, got.Newest().Version, v1)
+}
+
 // TestRedirectToPlainHTTPRefused: a channel read over https never
 // continues over plain http, for release.yaml and index.yaml alike.
 func TestRedirectToPlainHTTPRefused(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -316,6 +317,9 @@ func (c *Controller) read(ctx context.Context, source string) readResult {
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBytes+1))
 	if err != nil {
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			return fail(ReasonChannelUnreachable, err, "Reading %s took longer than %s: the channel's web server answered but did not send the whole file in time. Check the server and the network.", index, c.cfg.HTTP.Timeout)
+		}
 		return fail(ReasonChannelUnreachable, err, "Reading %s stopped: %v.", index, err)
 	}
 	if int64(len(b)) > c.cfg.MaxBytes {

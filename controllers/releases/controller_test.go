@@ -235,6 +235,38 @@ func TestBadChannelsNameTheProblemAndChangeNothingElse(t *testing.T) {
 	}
 }
 
+// TestStalledChannelIsCut: a channel that sends index.yaml's headers and
+// part of it, then stalls, is cut within the read's timeout (its whole
+// body included), and the condition says what happened.
+func TestStalledChannelIsCut(t *testing.T) {
+	stalled := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "4096")
+		_, _ = w.Write([]byte(index("2026.11.01-001")[:16]))
+		w.(http.Flusher).Flush()
+		close(stalled)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t, tu.Cluster("lab", withSource(srv.URL+"/liken"), withPoll(time.Hour)))
+	f.ctrl.cfg.HTTP.Timeout = 300 * time.Millisecond
+
+	// The test's own bound: without the timeout, the read would wait for it.
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+	f.ctx = ctx
+	assert.Equal(t, f.sync(), DefaultRetryAfterError)
+	select {
+	case <-stalled:
+	default:
+		t.Fatal("the channel never stalled: the read failed before the body")
+	}
+	cond := f.condition()
+	assert.Equal(t, cond.Status, metav1.ConditionFalse)
+	assert.Equal(t, cond.Reason, ReasonChannelUnreachable)
+	assert.Assert(t, is.Contains(cond.Message, "took longer than 300ms: the channel's web server answered but did not send the whole file in time"), cond.Message)
+}
+
 func TestWriteRetriesOnConflictWithOwnFieldsOnly(t *testing.T) {
 	ch := newChannel(t, index("2026.11.01-001"))
 	f := newFixture(t, tu.Cluster("lab", withSource(ch.srv.URL+"/liken")))

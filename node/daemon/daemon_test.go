@@ -773,3 +773,43 @@ func (e *env) trialGivesUp() {
 	assert.Assert(e.t, r.Boot.Trial)
 	waitExit(e.t, r)
 }
+
+// TestTrialFailureAfterAResumeDuringTheTrial: a person resumes the rollout
+// (for another machine's halt) after this machine armed its trial and
+// before the trial fails. The failure still holds the release back and is
+// reported: the resume value that counts is the one when the failure is
+// first seen, not the one when the trial was armed.
+func TestTrialFailureAfterAResumeDuringTheTrial(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Version = v2
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.setNodeReady(false)
+	e.grant()
+	waitExit(t, r) // the trial is armed
+
+	e.editCluster(func(c *likenv1.Cluster) { c.Annotations[likenv1.AnnotationResumeRollout] = "resumed-during-the-trial" })
+	r = e.start()
+	assert.Assert(t, r.Boot.Trial)
+	waitExit(t, r) // the trial gives up
+
+	r = e.start()
+	assert.Assert(t, !r.Boot.Trial)
+	m := e.waitPhase(likenv1.MachineDegraded)
+	assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionTrue)
+	assert.Equal(t, m.Status.Change, "", "a machine whose trial failed asks for no turn")
+	assert.Equal(t, slotStates(m)["B"], likenv1.SlotFailed)
+
+	// A later resume, one the person gave after seeing this failure,
+	// retries the release (cluster-operator has ended the failed turn).
+	e.revoke()
+	e.editCluster(func(c *likenv1.Cluster) { c.Annotations[likenv1.AnnotationResumeRollout] = "resumed-after-the-failure" })
+	m = e.waitPhase(likenv1.MachineUpdatePending)
+	assert.Equal(t, m.Status.Staged, v2)
+	assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionFalse)
+	exited, _ := r.Exited()
+	assert.Assert(t, !exited)
+}

@@ -32,4 +32,14 @@ func TestReadBootInfo(t *testing.T) {
 	assert.ErrorContains(t, err, "the boot ID must be one line")
 	_, err = ReadBootInfo(cmdline, bootID, rel, write("nobtime", "cpu 1\n"))
 	assert.ErrorContains(t, err, "no btime line")
+
+	// A file after the command line that cannot be read still leaves the
+	// trial flag and the slot: StartFailed reboots a trial boot on them.
+	missing := filepath.Join(dir, "missing")
+	for _, files := range [][3]string{{missing, rel, stat}, {bootID, missing, stat}, {bootID, rel, missing}} {
+		bi, err := ReadBootInfo(cmdline, files[0], files[1], files[2])
+		assert.ErrorContains(t, err, "reading the")
+		assert.Equal(t, bi.Trial, true, "files %v", files)
+		assert.Equal(t, bi.Slot, boot.SlotB, "files %v", files)
+	}
 }

@@ -67,10 +67,30 @@ func (d *Daemon) syncRelease(ctx context.Context, v *view) {
 	oi, _ := d.slots.Get(other)
 
 	// A failed trial holds the release back until the version changes or
-	// a person resumes the rollout.
+	// a person resumes the rollout after the failure. The resume value
+	// that counts is the Cluster's when the failure is first seen here:
+	// a resume given while the trial ran (for another machine's halt)
+	// does not clear a failure nobody has seen yet.
 	if f := d.st.TrialFailure; f != nil {
-		if v.target != nil && f.Version == v.target.Version && f.Digest == v.target.Digest &&
-			v.c.Annotations[likenv1.AnnotationResumeRollout] == f.Resume {
+		resume := v.c.Annotations[likenv1.AnnotationResumeRollout]
+		if f.ResumeUnseen {
+			if resume != f.Resume {
+				log.Info("The rollout was resumed while the trial ran; the failure still holds the release back until the next resume", "failed", f.Version, "armedWith", f.Resume, "resume", resume)
+			}
+			if err := d.update(func(st *diskState) {
+				st.TrialFailure.Resume, st.TrialFailure.ResumeUnseen = resume, false
+			}); err != nil {
+				log.Error(err, "Recording the resume value the failed trial is first reported under; retried at the next sync")
+			}
+			f = d.st.TrialFailure
+			if f.ResumeUnseen {
+				// Not saved: this sync holds the release anyway.
+				unsaved := *f
+				unsaved.Resume, unsaved.ResumeUnseen = resume, false
+				f = &unsaved
+			}
+		}
+		if v.target != nil && f.Version == v.target.Version && f.Digest == v.target.Digest && resume == f.Resume {
 			v.failedTrial = f
 		} else {
 			log.Info("Clearing the failed trial: the Cluster wants another release or the rollout was resumed", "failed", f.Version)

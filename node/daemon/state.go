@@ -105,8 +105,9 @@ type trialRecord struct {
 	// itself before it rebooted to the proven slot.
 	Failure string `json:"failure,omitempty"`
 	// Resume is the Cluster's liken.sh/resume-rollout value when the trial
-	// was armed: a failure of this trial holds the release back until the
-	// value changes again.
+	// was armed. The failure record does not hold the release back on it:
+	// it takes the value the Cluster has when the failure is first seen
+	// (see trialFailure.ResumeUnseen); older daemons compare with this one.
 	Resume string `json:"resume,omitempty"`
 }
 
@@ -118,9 +119,16 @@ type trialFailure struct {
 	Digest  string    `json:"digest"`
 	Reason  string    `json:"reason"`
 	At      time.Time `json:"at"`
-	// Resume is the Cluster's liken.sh/resume-rollout value at the time;
-	// a new value retries the release.
+	// Resume is the Cluster's liken.sh/resume-rollout value when the
+	// failure was first reported; a new value retries the release.
 	Resume string `json:"resume,omitempty"`
+	// ResumeUnseen is set while no Cluster has been read since the
+	// failure: Resume still holds the value from arming time (what an
+	// older daemon, which ignores this field, compares with), and the
+	// first sync replaces it with the Cluster's value then, so a resume
+	// given between arming and the failure does not clear it unreported.
+	// (Written only as true: a record of an older daemon reads as seen.)
+	ResumeUnseen bool `json:"resumeUnseen,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "10m0s".
@@ -142,6 +150,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	*d = Duration(v)
 	return nil
 }
+
+// writeFile replaces a file atomically; a test makes it fail, as a disk
+// that refuses writes does (which a process running as root cannot be
+// made to see otherwise).
+var writeFile = atomicfile.Write
 
 // loadState reads the state under root; a missing file is an empty state.
 func loadState(root string) (*diskState, error) {
@@ -185,7 +198,7 @@ func (st *diskState) save(root string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return fmt.Errorf("saving the daemon state: %w", err)
 	}
-	if err := atomicfile.Write(p, append(b, '\n'), 0o644); err != nil {
+	if err := writeFile(p, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("saving the daemon state %s: %w", p, err)
 	}
 	return nil

@@ -33,6 +33,13 @@ func TestStateReadAcrossReleases(t *testing.T) {
 			file: `{"formatVersion": 1, "bootID": "b-1"}`,
 			want: &diskState{FormatVersion: stateFormat, BootID: "b-1"},
 		},
+		{
+			name: "a failed trial written by an older daemon: its resume value is the one it reported",
+			file: `{"formatVersion": 1, "trialFailure": {"slot": "B", "version": "2026.11.20-001", "digest": "sha256:ab",
+				"reason": "the node is not Ready", "at": "2026-11-20T10:00:00Z", "resume": "r1"}}`,
+			want: &diskState{FormatVersion: stateFormat, TrialFailure: &trialFailure{Slot: "B", Version: "2026.11.20-001", Digest: "sha256:ab",
+				Reason: "the node is not Ready", At: armed, Resume: "r1"}},
+		},
 		{name: "not JSON", file: `{"formatVersion": 1,`, err: "is unreadable"},
 		{name: "no format version", file: `{"bootID": "b-1"}`, err: "has no format version"},
 	} {

@@ -101,7 +101,7 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 				reason = fmt.Sprintf("the trial boot of slot %s (release %s) never came back to commit: the machine booted its proven slot %s again, so the trial kernel or OS did not start, hung, or lost power", tr.Slot, tr.Version, booted)
 			}
 			log.Info("The last trial failed; running the proven slot", "trialSlot", tr.Slot, "release", tr.Version, "reason", reason)
-			next.TrialFailure = &trialFailure{Slot: tr.Slot, Version: tr.Version, Digest: tr.Digest, Reason: reason, At: now, Resume: tr.Resume}
+			next.TrialFailure = &trialFailure{Slot: tr.Slot, Version: tr.Version, Digest: tr.Digest, Reason: reason, At: now, Resume: tr.Resume, ResumeUnseen: true}
 			if err := d.slots.MarkFailed(tr.Slot, "trial failed: "+reason); err != nil {
 				log.Error(err, "Marking the slot whose trial failed", "trialSlot", tr.Slot)
 			}
