@@ -126,6 +126,8 @@ func syncAtScale(tb testing.TB, withNodes bool) (*Controller, *grantWriter) {
 		Clusters: lf.Liken().V1alpha1().Clusters(),
 		Machines: lf.Liken().V1alpha1().Machines(),
 		Nodes:    kf.Core().V1().Nodes(),
+		Pods:     kf.Core().V1().Pods(),
+		Budgets:  kf.Policy().V1().PodDisruptionBudgets(),
 		Writer:   w,
 		Recorder: &events.FakeRecorder{},
 		Metrics:  metrics.New(),

@@ -379,14 +379,40 @@ func budgetsOf(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) []str
 		return nil
 	}
 	var out []string
-	for _, b := range list.Items {
-		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil || sel.Empty() {
-			continue
-		}
-		if sel.Matches(labels.Set(p.Labels)) {
+	for i := range list.Items {
+		b := &list.Items[i]
+		if sel, ok := BudgetSelector(b); ok && sel.Matches(labels.Set(p.Labels)) {
 			out = append(out, b.Namespace+"/"+b.Name)
 		}
 	}
 	return out
+}
+
+// BudgetSelector is the selector of the pods, in the budget's namespace,
+// whose eviction the PodDisruptionBudget b limits; ok is false when it
+// covers no pod: the Eviction API ignores a budget whose selector is
+// missing, empty or cannot be read.
+func BudgetSelector(b *policyv1.PodDisruptionBudget) (sel labels.Selector, ok bool) {
+	if b.Spec.Selector == nil {
+		return nil, false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return nil, false
+	}
+	return sel, true
+}
+
+// Evicts tells whether the drain evicts pod, and whether that eviction
+// takes a disruption from the PodDisruptionBudgets that cover it. The
+// drain evicts what Classify calls a claim holder or other; the Eviction
+// API lets a Pending pod go without consulting a budget, and a pod
+// already being deleted is not evicted again (its budget counted it when
+// it went).
+func Evicts(pod *corev1.Pod) (evicted, takesDisruption bool) {
+	switch k, _ := Classify(pod); k {
+	case ClaimHolder, Other:
+		return true, pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodPending
+	}
+	return false, false
 }

@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -225,3 +226,42 @@ func TestRunStopsWithItsContext(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestEvicts(t *testing.T) {
+	cases := []struct {
+		name           string
+		pod            *corev1.Pod
+		evicted, takes bool
+	}{
+		{"plain", pod("a"), true, true},
+		{"claim holder", pod("a", withClaim), true, true},
+		{"daemonset", pod("a", ownedBy("DaemonSet")), false, false},
+		{"mirror", pod("a", func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} }), false, false},
+		{"dra driver", pod("a", func(p *corev1.Pod) { p.Labels[LabelDRADriver] = "true" }), false, false},
+		{"finished", pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false, false},
+		{"pending: evicted without a budget", pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }), true, false},
+		{"being deleted", pod("a", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }), true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			evicted, takes := Evicts(tc.pod)
+			assert.Equal(t, evicted, tc.evicted)
+			assert.Equal(t, takes, tc.takes)
+		})
+	}
+}
+
+func TestBudgetSelector(t *testing.T) {
+	b := func(sel *metav1.LabelSelector) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{Spec: policyv1.PodDisruptionBudgetSpec{Selector: sel}}
+	}
+	_, ok := BudgetSelector(b(nil))
+	assert.Assert(t, !ok, "no selector covers nothing")
+	_, ok = BudgetSelector(b(&metav1.LabelSelector{}))
+	assert.Assert(t, !ok, "an empty selector covers nothing (as the Eviction API reads it)")
+	_, ok = BudgetSelector(b(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}))
+	assert.Assert(t, !ok, "an unreadable selector covers nothing")
+	sel, ok := BudgetSelector(b(&metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}))
+	assert.Assert(t, ok)
+	assert.Assert(t, sel.Matches(labels.Set(pod("a").Labels)))
+}

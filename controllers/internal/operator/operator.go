@@ -226,6 +226,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	}
 	turnCtrl, err = turns.New(turns.Config{
 		Clusters: clusters, Machines: machines, Nodes: kf.Core().V1().Nodes(),
+		Pods: kf.Core().V1().Pods(), Budgets: kf.Policy().V1().PodDisruptionBudgets(),
 		Writer: liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
 		Term: term, StartupGrace: o.StartupGrace, Liveness: liveCtrl,
 	})
