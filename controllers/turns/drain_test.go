@@ -18,7 +18,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
 	tu "liken.sh/liken/controllers/internal/testutil"
-	"liken.sh/liken/node/drain"
+	"liken.sh/liken/internal/eviction"
 )
 
 // podOn is a running pod of namespace shop on node, labelled app=app.
@@ -40,7 +40,7 @@ func daemonSetPod(p *corev1.Pod) {
 }
 
 func mirrorPod(p *corev1.Pod) {
-	p.Annotations = map[string]string{drain.MirrorPodAnnotation: "hash"}
+	p.Annotations = map[string]string{eviction.MirrorPodAnnotation: "hash"}
 }
 
 // budget is a PodDisruptionBudget of namespace shop over app=app that
@@ -230,14 +230,14 @@ func TestDrainCheckLetsTheMachineGoOnceTheBudgetAllows(t *testing.T) {
 }
 
 // The transform keeps what the drain's own rule reads: for every kind of
-// pod, the trimmed pod says what drain.Evicts says of the whole one.
+// pod, the trimmed pod says what eviction.Evicts says of the whole one.
 func TestTrimPodKeepsTheDrainsVerdict(t *testing.T) {
 	claim := func(p *corev1.Pod) {
 		n := "gpu"
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &n}}
 	}
 	driver := func(p *corev1.Pod) {
-		p.Spec.Volumes = []corev1.Volume{{Name: "reg", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: drain.KubeletPluginsRegistry}}}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "reg", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: eviction.KubeletPluginsRegistry}}}}
 	}
 	pods := []*corev1.Pod{
 		podOn("n", "plain", "web"),
@@ -250,7 +250,7 @@ func TestTrimPodKeepsTheDrainsVerdict(t *testing.T) {
 		podOn("n", "going", "web", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)} }),
 	}
 	for _, p := range pods {
-		evicted, takes := drain.Evicts(p)
+		evicted, takes := eviction.Evicts(p)
 		obj, err := TrimPod(p)
 		assert.NilError(t, err)
 		tp := obj.(*Pod)

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
-	"liken.sh/liken/node/drain"
+	"liken.sh/liken/internal/eviction"
 )
 
 // Pod is what the drain check keeps of a pod. The pod informer's
@@ -29,7 +29,7 @@ type Pod struct {
 	NodeName string
 	// Labels are the pod's labels, which PodDisruptionBudgets select.
 	Labels PodLabels
-	// Evicted: the drain of its node evicts it (drain.Evicts, the node
+	// Evicted: the drain of its node evicts it (eviction.Evicts, the node
 	// daemon's own rule: DaemonSet, mirror, DRA driver and finished pods
 	// stay).
 	Evicted bool
@@ -99,7 +99,7 @@ func TrimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	evicted, takes := drain.Evicts(p)
+	evicted, takes := eviction.Evicts(p)
 	return &Pod{
 		Namespace:       p.Namespace,
 		Name:            p.Name,
@@ -169,7 +169,7 @@ func (r *budgetsReader) inNamespace(ns string) ([]budgetSelector, error) {
 		if !ok {
 			continue
 		}
-		sel, ok := drain.BudgetSelector(b)
+		sel, ok := eviction.BudgetSelector(b)
 		if !ok {
 			continue
 		}

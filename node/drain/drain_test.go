@@ -12,7 +12,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/eviction"
 )
 
 func pod(name string, mut ...func(*corev1.Pod)) *corev1.Pod {
@@ -44,33 +44,6 @@ func ownedBy(kind string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		t := true
 		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: "x", Controller: &t, APIVersion: "apps/v1"}}
-	}
-}
-
-func TestClassify(t *testing.T) {
-	cases := []struct {
-		name string
-		pod  *corev1.Pod
-		kind Kind
-	}{
-		{"plain", pod("a"), Other},
-		{"replicaset", pod("a", ownedBy("ReplicaSet")), Other},
-		{"daemonset", pod("a", ownedBy("DaemonSet")), Stays},
-		{"mirror", pod("a", func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} }), Stays},
-		{"claim", pod("a", withClaim), ClaimHolder},
-		{"finished", pod("a", withClaim, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), Finished},
-		{"driver label", pod("a", func(p *corev1.Pod) { p.Labels[LabelDRADriver] = "true" }), Stays},
-		{"driver registry mount", pod("a", hostPath("/var/lib/kubelet/plugins_registry")), Stays},
-		{"driver plugins mount", pod("a", hostPath("/var/lib/kubelet/plugins/gpu.example.com")), Stays},
-		{"kubelet dir mount", pod("a", hostPath("/var/lib/kubelet/")), Stays},
-		{"other host path", pod("a", hostPath("/var/log")), Other},
-		{"similar prefix", pod("a", hostPath("/var/lib/kubelet/plugins_registry2")), Other},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			k, _ := Classify(tc.pod)
-			assert.Equal(t, k, tc.kind)
-		})
 	}
 }
 
@@ -164,8 +137,8 @@ func TestRunEvictsClaimHoldersFirstAndLeavesTheRest(t *testing.T) {
 		pod("web-1"), pod("web-2"),
 		pod("gpu-job", withClaim),
 		pod("ds", ownedBy("DaemonSet")),
-		pod("driver", hostPath(KubeletPluginsRegistry)),
-		pod("static", func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} }),
+		pod("driver", hostPath(eviction.KubeletPluginsRegistry)),
+		pod("static", func(p *corev1.Pod) { p.Annotations = map[string]string{eviction.MirrorPodAnnotation: "x"} }),
 	}
 	c := fake.NewClientset(objs...)
 	ev := &evictions{refuse: map[string]bool{}}
@@ -226,42 +199,3 @@ func TestRunStopsWithItsContext(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func TestEvicts(t *testing.T) {
-	cases := []struct {
-		name           string
-		pod            *corev1.Pod
-		evicted, takes bool
-	}{
-		{"plain", pod("a"), true, true},
-		{"claim holder", pod("a", withClaim), true, true},
-		{"daemonset", pod("a", ownedBy("DaemonSet")), false, false},
-		{"mirror", pod("a", func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} }), false, false},
-		{"dra driver", pod("a", func(p *corev1.Pod) { p.Labels[LabelDRADriver] = "true" }), false, false},
-		{"finished", pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false, false},
-		{"pending: evicted without a budget", pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }), true, false},
-		{"being deleted", pod("a", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }), true, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			evicted, takes := Evicts(tc.pod)
-			assert.Equal(t, evicted, tc.evicted)
-			assert.Equal(t, takes, tc.takes)
-		})
-	}
-}
-
-func TestBudgetSelector(t *testing.T) {
-	b := func(sel *metav1.LabelSelector) *policyv1.PodDisruptionBudget {
-		return &policyv1.PodDisruptionBudget{Spec: policyv1.PodDisruptionBudgetSpec{Selector: sel}}
-	}
-	_, ok := BudgetSelector(b(nil))
-	assert.Assert(t, !ok, "no selector covers nothing")
-	_, ok = BudgetSelector(b(&metav1.LabelSelector{}))
-	assert.Assert(t, !ok, "an empty selector covers nothing (as the Eviction API reads it)")
-	_, ok = BudgetSelector(b(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}))
-	assert.Assert(t, !ok, "an unreadable selector covers nothing")
-	sel, ok := BudgetSelector(b(&metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}))
-	assert.Assert(t, ok)
-	assert.Assert(t, sel.Matches(labels.Set(pod("a").Labels)))
-}
