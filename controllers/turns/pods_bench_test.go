@@ -136,4 +136,3 @@ func TestPodCacheIsSmall(t *testing.T) {
 	assert.Assert(t, trimmed*4 < whole, "trimmed %.0f B per pod, whole %.0f B", trimmed, whole)
 	assert.Assert(t, trimmed < 1024, "trimmed %.0f B per pod", trimmed)
 }
-
