@@ -88,10 +88,11 @@ type Config struct {
 	Clusters likeninformers.ClusterInformer
 	Machines likeninformers.MachineInformer
 	Nodes    coreinformers.NodeInformer
-	// Pods and Budgets feed the drain check. New sets the pod informer's
-	// transform (TrimPod): its cache holds turns.Pod, not *corev1.Pod, so
-	// nothing else may read pods from it.
-	Pods     coreinformers.PodInformer
+	// Pods and Budgets feed the drain check. Pods is made by
+	// NewPodInformer (New sets its transform, TrimPod, and its index all
+	// the same): its cache holds turns.Pod, not *corev1.Pod, so nothing
+	// else may read pods from it.
+	Pods     cache.SharedIndexInformer
 	Budgets  policyinformers.PodDisruptionBudgetInformer
 	Writer   StatusWriter
 	Recorder events.EventRecorder
@@ -154,7 +155,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := fleet.AddIndexers(cfg.Machines.Informer()); err != nil {
 		return nil, err
 	}
-	pods, budgets := cfg.Pods.Informer(), cfg.Budgets.Informer()
+	pods, budgets := cfg.Pods, cfg.Budgets.Informer()
 	if err := pods.SetTransform(TrimPod); err != nil {
 		return nil, fmt.Errorf("trimming the pods the drain check keeps: %w", err)
 	}
@@ -214,8 +215,8 @@ func New(cfg Config) (*Controller, error) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
 		}
-		if p, ok := obj.(*Pod); ok && p.NodeName != "" {
-			if o, exists, _ := c.machines.GetByKey(p.NodeName); exists {
+		if p, ok := obj.(*Pod); ok && p.NodeName() != "" {
+			if o, exists, _ := c.machines.GetByKey(p.NodeName()); exists {
 				enqueueMachine(o)
 			}
 		}

@@ -57,11 +57,12 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	kube := kubefake.NewClientset(kubeObjs...)
 	f.clusters = likeninformers.NewSharedInformerFactory(f.client, 0)
 	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
+	pods := NewPodInformer(kube)
 	ctrl, err := New(Config{
 		Clusters: f.clusters.Liken().V1alpha1().Clusters(),
 		Machines: f.clusters.Liken().V1alpha1().Machines(),
 		Nodes:    kf.Core().V1().Nodes(),
-		Pods:     kf.Core().V1().Pods(),
+		Pods:     pods,
 		Budgets:  kf.Policy().V1().PodDisruptionBudgets(),
 		Writer:   f.client.LikenV1alpha1().Clusters(),
 		Recorder: f.recorder,
@@ -86,7 +87,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 		case *corev1.Pod:
 			trimmed, err := TrimPod(o)
 			assert.NilError(t, err)
-			assert.NilError(t, kf.Core().V1().Pods().Informer().GetIndexer().Add(trimmed))
+			assert.NilError(t, pods.GetIndexer().Add(trimmed))
 		case *policyv1.PodDisruptionBudget:
 			assert.NilError(t, kf.Policy().V1().PodDisruptionBudgets().Informer().GetIndexer().Add(o))
 		default:

@@ -3,13 +3,15 @@ package turns
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"liken.sh/liken/internal/eviction"
@@ -19,14 +21,18 @@ import (
 // transform (TrimPod) replaces every Pod it receives with one, so that
 // the operator holds a few hundred bytes per pod of the cluster, not a
 // whole Pod: see docs/benchmarks.md.
+//
+// Strings that many pods share are interned (unique.Make): the namespace,
+// the node name and the whole label set, which the pods of one workload
+// have in common; each pod holds only its name and resourceVersion.
 type Pod struct {
-	// Namespace and Name of the pod.
-	Namespace, Name string
+	namespace unique.Handle[string]
+	// Name of the pod.
+	Name string
 	// ResourceVersion of the pod: the informer tells an update from a
 	// resync by it.
 	ResourceVersion string
-	// NodeName is spec.nodeName.
-	NodeName string
+	nodeName        unique.Handle[string]
 	// Labels are the pod's labels, which PodDisruptionBudgets select.
 	Labels PodLabels
 	// Evicted: the drain of its node evicts it (eviction.Evicts, the node
@@ -38,18 +44,26 @@ type Pod struct {
 	TakesDisruption bool
 }
 
+// Namespace of the pod.
+func (p *Pod) Namespace() string { return p.namespace.Value() }
+
+// NodeName is spec.nodeName.
+func (p *Pod) NodeName() string { return p.nodeName.Value() }
+
 // GetObjectMeta makes Pod an object the informer's cache can key
 // (namespace/name) and tell apart by resourceVersion.
 func (p *Pod) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, ResourceVersion: p.ResourceVersion}
+	return &metav1.ObjectMeta{Namespace: p.Namespace(), Name: p.Name, ResourceVersion: p.ResourceVersion}
 }
 
 // key is namespace/name.
-func (p *Pod) key() string { return p.Namespace + "/" + p.Name }
+func (p *Pod) key() string { return p.Namespace() + "/" + p.Name }
 
-// PodLabels are labels as key, value pairs in a slice sorted by key:
-// smaller than a map, and matched by a labels.Selector all the same.
-type PodLabels []string
+// PodLabels are a pod's labels, interned as one string of key=value
+// pairs sorted by key and separated by commas (neither character can
+// appear in a label's key or value), and matched by a labels.Selector as
+// a map would be.
+type PodLabels struct{ h unique.Handle[string] }
 
 // Has tells whether the label key is set.
 func (l PodLabels) Has(key string) bool {
@@ -65,30 +79,39 @@ func (l PodLabels) Get(key string) string {
 
 // Lookup is the value of the label key, and whether it is set.
 func (l PodLabels) Lookup(key string) (string, bool) {
-	i := sort.Search(len(l)/2, func(i int) bool { return l[2*i] >= key })
-	if 2*i < len(l) && l[2*i] == key {
-		return l[2*i+1], true
+	if l == (PodLabels{}) {
+		return "", false
+	}
+	for kv := range strings.SplitSeq(l.h.Value(), ",") {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v, true
+		}
 	}
 	return "", false
 }
 
-var _ labels.Labels = PodLabels(nil)
+var _ labels.Labels = PodLabels{}
 
 // podLabels packs m.
 func podLabels(m map[string]string) PodLabels {
 	if len(m) == 0 {
-		return nil
+		return PodLabels{}
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	out := make(PodLabels, 0, 2*len(keys))
-	for _, k := range keys {
-		out = append(out, k, m[k])
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(m[k])
 	}
-	return out
+	return PodLabels{unique.Make(b.String())}
 }
 
 // TrimPod is the pod informer's transform (cache.TransformFunc): it
@@ -101,10 +124,10 @@ func TrimPod(obj any) (any, error) {
 	}
 	evicted, takes := eviction.Evicts(p)
 	return &Pod{
-		Namespace:       p.Namespace,
+		namespace:       unique.Make(p.Namespace),
 		Name:            p.Name,
 		ResourceVersion: p.ResourceVersion,
-		NodeName:        p.Spec.NodeName,
+		nodeName:        unique.Make(p.Spec.NodeName),
 		Labels:          podLabels(p.Labels),
 		Evicted:         evicted,
 		TakesDisruption: takes,
@@ -124,20 +147,31 @@ func TrimBudget(obj any) (any, error) {
 // ByNode is the name of the pod informer index keyed by spec.nodeName.
 const ByNode = "byNode"
 
-// PodIndexers is the pod informer's index set: pods by node name.
+// PodIndexers is the pod informer's index set: pods by node name, its only
+// index (an index by namespace would cost as much again).
 var PodIndexers = cache.Indexers{ByNode: indexByNode}
 
 func indexByNode(obj any) ([]string, error) {
-	if p, ok := obj.(*Pod); ok && p.NodeName != "" {
-		return []string{p.NodeName}, nil
+	if p, ok := obj.(*Pod); ok && p.NodeName() != "" {
+		return []string{p.NodeName()}, nil
 	}
 	return nil, nil
+}
+
+// NewPodInformer is the pod informer of the drain check: every pod of the
+// cluster, kept as Pod (TrimPod), indexed by node name only.
+func NewPodInformer(client kubernetes.Interface) cache.SharedIndexInformer {
+	inf := coreinformers.NewPodInformer(client, metav1.NamespaceAll, 0, PodIndexers)
+	if err := inf.SetTransform(TrimPod); err != nil {
+		panic(err) // not started yet: cannot fail
+	}
+	return inf
 }
 
 // samePod tells whether two versions of a pod read the same to the drain
 // check: the pod's status changes often and means nothing to it.
 func samePod(a, b *Pod) bool {
-	return a.NodeName == b.NodeName && a.Evicted == b.Evicted && a.TakesDisruption == b.TakesDisruption && slices.Equal(a.Labels, b.Labels)
+	return a.nodeName == b.nodeName && a.Evicted == b.Evicted && a.TakesDisruption == b.TakesDisruption && a.Labels == b.Labels
 }
 
 // budgetsReader reads the PodDisruptionBudgets and the pods of nodes from
@@ -195,7 +229,7 @@ func (r *budgetsReader) drainOf(node string) (Drain, error) {
 		if !ok || !p.Evicted || !p.TakesDisruption {
 			continue
 		}
-		budgets, err := r.inNamespace(p.Namespace)
+		budgets, err := r.inNamespace(p.Namespace())
 		if err != nil {
 			return Drain{}, err
 		}

@@ -73,22 +73,10 @@ func heap() uint64 {
 	return m.HeapAlloc
 }
 
-// fillCache adds n pods to an indexer with the pod informer's indexes
-// (namespace, as every informer of a factory has, and node), through
-// transform, and returns the bytes the cache holds per pod.
-func fillCache(tb testing.TB, n int, transform cache.TransformFunc) float64 {
-	idx := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{
-		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
-		ByNode: func(obj any) ([]string, error) {
-			switch p := obj.(type) {
-			case *corev1.Pod:
-				return []string{p.Spec.NodeName}, nil
-			case *Pod:
-				return []string{p.NodeName}, nil
-			}
-			return nil, nil
-		},
-	})
+// fillCache adds n pods through transform to an indexer with indexers,
+// and returns the bytes the cache holds per pod.
+func fillCache(tb testing.TB, n int, transform cache.TransformFunc, indexers cache.Indexers) float64 {
+	idx := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
 	before := heap()
 	for i := range n {
 		obj, err := transform(decodePod(tb, i))
@@ -107,6 +95,16 @@ func fillCache(tb testing.TB, n int, transform cache.TransformFunc) float64 {
 	return float64(after-before) / float64(n)
 }
 
+// keep is the transform of an informer without one.
+func keep(obj any) (any, error) { return obj, nil }
+
+// wholeIndexers are the indexes of a factory's pod informer (namespace),
+// plus the drain check's (node).
+var wholeIndexers = cache.Indexers{
+	cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+	ByNode:               func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
+}
+
 // BenchmarkPodCache measures what the drain check's pod informer cache
 // costs: the live heap per pod of a cache filled through TrimPod, and,
 // to compare, of one that keeps whole pods (an informer without the
@@ -116,8 +114,8 @@ func fillCache(tb testing.TB, n int, transform cache.TransformFunc) float64 {
 func BenchmarkPodCache(b *testing.B) {
 	n := benchPods()
 	for range b.N {
-		trimmed := fillCache(b, n, TrimPod)
-		whole := fillCache(b, n, func(obj any) (any, error) { return obj, nil })
+		trimmed := fillCache(b, n, TrimPod, PodIndexers)
+		whole := fillCache(b, n, keep, wholeIndexers)
 		b.ReportMetric(trimmed, "B/pod")
 		b.ReportMetric(whole, "B/pod-untrimmed")
 		b.ReportMetric(trimmed*float64(n)/(1<<20), "MiB")
@@ -130,8 +128,8 @@ func BenchmarkPodCache(b *testing.B) {
 // The transform's cache is several times smaller than one of whole pods
 // (the smoke of BenchmarkPodCache).
 func TestPodCacheIsSmall(t *testing.T) {
-	trimmed := fillCache(t, 2000, TrimPod)
-	whole := fillCache(t, 2000, func(obj any) (any, error) { return obj, nil })
+	trimmed := fillCache(t, 2000, TrimPod, PodIndexers)
+	whole := fillCache(t, 2000, keep, wholeIndexers)
 	t.Logf("%.0f B per pod trimmed, %.0f B whole", trimmed, whole)
 	assert.Assert(t, trimmed*4 < whole, "trimmed %.0f B per pod, whole %.0f B", trimmed, whole)
 	assert.Assert(t, trimmed < 1024, "trimmed %.0f B per pod", trimmed)
