@@ -120,12 +120,15 @@ func syncAtScale(tb testing.TB, withNodes bool) (*Controller, *grantWriter) {
 	tb.Helper()
 	c, machines, nodes := scaleFleet(5000, withNodes)
 	lf := likeninformers.NewSharedInformerFactory(likenfake.NewSimpleClientset(), 0)
-	kf := kubeinformers.NewSharedInformerFactory(kubefake.NewClientset(), 0)
+	kube := kubefake.NewClientset()
+	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
 	w := &grantWriter{}
 	ctrl, err := New(Config{
 		Clusters: lf.Liken().V1alpha1().Clusters(),
 		Machines: lf.Liken().V1alpha1().Machines(),
 		Nodes:    kf.Core().V1().Nodes(),
+		Pods:     NewPodInformer(kube),
+		Budgets:  kf.Policy().V1().PodDisruptionBudgets(),
 		Writer:   w,
 		Recorder: &events.FakeRecorder{},
 		Metrics:  metrics.New(),

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -60,6 +62,10 @@ const (
 	// EventInvalidWindow: a maintenance window cannot be read (such as an
 	// unknown time zone); nothing is granted until it is fixed.
 	EventInvalidWindow = "InvalidWindow"
+	// EventDrainWouldBlock: a machine that would have had a turn was
+	// passed over, because PodDisruptionBudgets would block its drain now;
+	// the note names the budgets and their pods.
+	EventDrainWouldBlock = "DrainWouldBlock"
 )
 
 // StatusWriter is the one write the turn controller makes: an update of a
@@ -82,6 +88,12 @@ type Config struct {
 	Clusters likeninformers.ClusterInformer
 	Machines likeninformers.MachineInformer
 	Nodes    coreinformers.NodeInformer
+	// Pods and Budgets feed the drain check. Pods is made by
+	// NewPodInformer (New sets its transform, TrimPod, and its index all
+	// the same): its cache holds turns.Pod, not *corev1.Pod, so nothing
+	// else may read pods from it.
+	Pods     cache.SharedIndexInformer
+	Budgets  policyinformers.PodDisruptionBudgetInformer
 	Writer   StatusWriter
 	Recorder events.EventRecorder
 	Metrics  *metrics.Metrics
@@ -101,6 +113,8 @@ type Controller struct {
 	clusters likenlisters.ClusterLister
 	machines cache.Indexer
 	nodes    cache.Indexer
+	pods     cache.Indexer
+	budgets  cache.Indexer
 	roster   fleet.Roster
 	queue    *worker.Queue
 	synced   []cache.InformerSynced
@@ -114,6 +128,10 @@ type Controller struct {
 	syncs uint64
 	// written is, per cluster, this copy's last write of its status.
 	written map[string]written
+	// skipped is, per cluster and machine, the budgets named in the last
+	// DrainWouldBlock event, so that a machine passed over sync after sync
+	// is reported once, and again only when what blocks it changes.
+	skipped map[string]map[string]string
 }
 
 // written is a write of a Cluster's status that succeeded: the
@@ -137,16 +155,32 @@ func New(cfg Config) (*Controller, error) {
 	if err := fleet.AddIndexers(cfg.Machines.Informer()); err != nil {
 		return nil, err
 	}
+	pods, budgets := cfg.Pods, cfg.Budgets.Informer()
+	if err := pods.SetTransform(TrimPod); err != nil {
+		return nil, fmt.Errorf("trimming the pods the drain check keeps: %w", err)
+	}
+	if err := budgets.SetTransform(TrimBudget); err != nil {
+		return nil, fmt.Errorf("trimming the PodDisruptionBudgets the drain check keeps: %w", err)
+	}
+	if _, ok := pods.GetIndexer().GetIndexers()[ByNode]; !ok {
+		if err := pods.AddIndexers(PodIndexers); err != nil {
+			return nil, err
+		}
+	}
 	c := &Controller{
 		cfg:          cfg,
 		clusters:     cfg.Clusters.Lister(),
 		machines:     cfg.Machines.Informer().GetIndexer(),
 		nodes:        cfg.Nodes.Informer().GetIndexer(),
+		pods:         pods.GetIndexer(),
+		budgets:      budgets.GetIndexer(),
 		waitingSince: map[string]map[string]*wait{},
 		written:      map[string]written{},
+		skipped:      map[string]map[string]string{},
 	}
 	c.queue = worker.New("turns", cfg.Clock, c.sync)
-	c.synced = []cache.InformerSynced{cfg.Clusters.Informer().HasSynced, cfg.Machines.Informer().HasSynced, cfg.Nodes.Informer().HasSynced}
+	c.synced = []cache.InformerSynced{cfg.Clusters.Informer().HasSynced, cfg.Machines.Informer().HasSynced, cfg.Nodes.Informer().HasSynced,
+		pods.HasSynced, budgets.HasSynced}
 
 	enqueueCluster := func(obj any) {
 		if k, ok := worker.KeyOf(obj); ok {
@@ -174,6 +208,53 @@ func New(cfg Config) (*Controller, error) {
 		{cfg.Clusters.Informer(), enqueueCluster},
 		{cfg.Machines.Informer(), enqueueMachine},
 		{cfg.Nodes.Informer(), enqueueNode},
+	}
+	// A pod matters to the cluster of the machine it runs on; a change of
+	// its status alone (most changes) does not.
+	enqueuePod := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if p, ok := obj.(*Pod); ok && p.NodeName() != "" {
+			if o, exists, _ := c.machines.GetByKey(p.NodeName()); exists {
+				enqueueMachine(o)
+			}
+		}
+	}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueuePod,
+		UpdateFunc: func(o, n any) {
+			op, ok1 := o.(*Pod)
+			np, ok2 := n.(*Pod)
+			if ok1 && ok2 && samePod(op, np) {
+				return
+			}
+			enqueuePod(o)
+			enqueuePod(n)
+		},
+		DeleteFunc: enqueuePod,
+	}); err != nil {
+		return nil, err
+	}
+	// A budget may cover pods of any cluster's machines.
+	enqueueAll := func(any) {
+		for _, key := range c.cfg.Clusters.Informer().GetStore().ListKeys() {
+			c.queue.Add(key)
+		}
+	}
+	if _, err := budgets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueueAll,
+		UpdateFunc: func(o, n any) {
+			ob, ok1 := o.(*policyv1.PodDisruptionBudget)
+			nb, ok2 := n.(*policyv1.PodDisruptionBudget)
+			if ok1 && ok2 && ob.Status.DisruptionsAllowed == nb.Status.DisruptionsAllowed && equality.Semantic.DeepEqual(ob.Spec.Selector, nb.Spec.Selector) {
+				return
+			}
+			enqueueAll(n)
+		},
+		DeleteFunc: enqueueAll,
+	}); err != nil {
+		return nil, err
 	}
 	for _, h := range handlers {
 		fn := h.fn
@@ -250,6 +331,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		c.cfg.Metrics.Machines.DeletePartialMatch(map[string]string{"cluster": key})
 		c.roster.Forget(key)
 		c.forgetWaiting(key)
+		c.mu.Lock()
+		delete(c.skipped, key)
+		c.mu.Unlock()
 		c.setWritten(key, written{})
 		return 0, nil
 	}
@@ -262,16 +346,23 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 	countPhases(c.cfg.Metrics, cluster.Name, machines)
+	drains, allowed, err := c.drains(cluster, machines)
+	if err != nil {
+		return 0, err
+	}
 	d := Decide(Input{
-		Cluster:   cluster,
-		Machines:  machines,
-		Nodes:     nodes,
-		Silent:    silent,
-		Now:       now,
-		GrantFrom: c.cfg.Term.Since.Add(c.cfg.StartupGrace),
-		Identity:  c.cfg.Term.Identity,
+		Cluster:            cluster,
+		Machines:           machines,
+		Nodes:              nodes,
+		Silent:             silent,
+		Now:                now,
+		GrantFrom:          c.cfg.Term.Since.Add(c.cfg.StartupGrace),
+		Identity:           c.cfg.Term.Identity,
+		Drains:             drains,
+		DisruptionsAllowed: allowed,
 	})
 	c.trackWaiting(cluster.Name, d.Waiting, now)
+	c.reportSkipped(ctx, cluster, machines, d.Skipped)
 
 	// The decision changed the ledger, the halt, the resume record or the
 	// Progressing condition; the columns come on top, in the same write.
@@ -314,6 +405,62 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	c.showHalt(cluster.Name, d.Status.Halt)
 	c.report(ctx, cluster, machines, d, now)
 	return d.RequeueAfter, nil
+}
+
+// drains reads, for the machines of cluster that hold a turn or may ask
+// for one, what their drains would take from the PodDisruptionBudgets
+// now, and what the budgets concerned allow.
+func (c *Controller) drains(cluster *likenv1.Cluster, machines []*likenv1.Machine) (map[string]Drain, map[string]int32, error) {
+	r := budgetsReader{pods: c.pods, budgets: c.budgets, byNamespace: map[string][]budgetSelector{}, allowed: map[string]int32{}}
+	var out map[string]Drain
+	for _, m := range machines {
+		asks := m.Status.Change != "" && (m.Status.Phase == likenv1.MachineUpdatePending || m.Status.Phase == likenv1.MachineRebootPending)
+		if !asks && fleet.FindTurn(cluster.Status.RebootTurns, m.Name) == nil {
+			continue
+		}
+		d, err := r.drainOf(m.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(d.Needs) == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]Drain{}
+		}
+		out[m.Name] = d
+	}
+	return out, r.allowed, nil
+}
+
+// reportSkipped logs and records an event, on the Cluster and the
+// Machine, for each machine passed over because its drain would be
+// blocked, when it is first passed over or what blocks it changed.
+func (c *Controller) reportSkipped(ctx context.Context, cluster *likenv1.Cluster, machines []*likenv1.Machine, skipped []Skip) {
+	c.mu.Lock()
+	last := c.skipped[cluster.Name]
+	now := make(map[string]string, len(skipped))
+	var report []Skip
+	for _, s := range skipped {
+		now[s.Machine] = s.Budgets
+		if last[s.Machine] != s.Budgets {
+			report = append(report, s)
+		}
+	}
+	if len(now) == 0 {
+		delete(c.skipped, cluster.Name)
+	} else {
+		c.skipped[cluster.Name] = now
+	}
+	c.mu.Unlock()
+	for _, s := range report {
+		note := clip(s.Message(), maxEventNote)
+		klog.FromContext(ctx).Info("Passed over a machine: its drain would be blocked", "cluster", klog.KObj(cluster), "machine", s.Machine, "budgets", s.Budgets)
+		c.cfg.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventDrainWouldBlock, "Grant", "%s", note)
+		if m := findMachine(machines, s.Machine); m != nil {
+			c.cfg.Recorder.Eventf(m, cluster, corev1.EventTypeWarning, EventDrainWouldBlock, "Grant", "%s", note)
+		}
+	}
 }
 
 // showHalt sets the rollout-halted metric from the halt the API server

@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,10 +57,13 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	kube := kubefake.NewClientset(kubeObjs...)
 	f.clusters = likeninformers.NewSharedInformerFactory(f.client, 0)
 	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
+	pods := NewPodInformer(kube)
 	ctrl, err := New(Config{
 		Clusters: f.clusters.Liken().V1alpha1().Clusters(),
 		Machines: f.clusters.Liken().V1alpha1().Machines(),
 		Nodes:    kf.Core().V1().Nodes(),
+		Pods:     pods,
+		Budgets:  kf.Policy().V1().PodDisruptionBudgets(),
 		Writer:   f.client.LikenV1alpha1().Clusters(),
 		Recorder: f.recorder,
 		Metrics:  f.metrics,
@@ -79,7 +83,16 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 		}
 	}
 	for _, o := range kubeObjs {
-		assert.NilError(t, kf.Core().V1().Nodes().Informer().GetIndexer().Add(o))
+		switch o := o.(type) {
+		case *corev1.Pod:
+			trimmed, err := TrimPod(o)
+			assert.NilError(t, err)
+			assert.NilError(t, pods.GetIndexer().Add(trimmed))
+		case *policyv1.PodDisruptionBudget:
+			assert.NilError(t, kf.Policy().V1().PodDisruptionBudgets().Informer().GetIndexer().Add(o))
+		default:
+			assert.NilError(t, kf.Core().V1().Nodes().Informer().GetIndexer().Add(o))
+		}
 	}
 	return f
 }

@@ -54,6 +54,45 @@ type Input struct {
 	GrantFrom time.Time
 	// Identity of this copy, for messages.
 	Identity string
+	// Drains are, by machine name, what the drain of each machine's node
+	// would take from the PodDisruptionBudgets now; a machine without an
+	// entry takes nothing from any budget.
+	Drains map[string]Drain
+	// DisruptionsAllowed is, by PodDisruptionBudget (namespace/name), its
+	// status.disruptionsAllowed; a budget named in Drains but not here
+	// allows none.
+	DisruptionsAllowed map[string]int32
+}
+
+// Drain is what the drain of a machine's node would take from the
+// PodDisruptionBudgets now.
+type Drain struct {
+	// Needs are, for each PodDisruptionBudget (namespace/name) that covers
+	// pods the drain evicts, those pods (namespace/name, sorted): each of
+	// their evictions takes one of the budget's disruptions. Pods the drain
+	// does not evict (DaemonSet, mirror, DRA driver and finished pods), and
+	// pods whose eviction takes no disruption (Pending, or already being
+	// deleted), are not listed.
+	Needs map[string][]string
+}
+
+// Skip is a machine that would have had a turn, but whose drain would be
+// blocked by PodDisruptionBudgets now: the next machine in order takes
+// the turn.
+type Skip struct {
+	Machine string
+	Leader  bool
+	// Budgets names the blocking budgets and their pods:
+	// "PodDisruptionBudget shop/web (0 disruptions allowed) covering pods
+	// shop/web-1".
+	Budgets string
+}
+
+// Message says why the machine waits, and what to do.
+func (s Skip) Message() string {
+	return fmt.Sprintf("%s waits: its drain would be blocked by %s; the next machine in order takes the turn. "+
+		"It gets its turn by itself once the budgets allow the evictions: let the workload run its pods elsewhere (more replicas), or relax the budget.",
+		s.Machine, s.Budgets)
 }
 
 // Result says how a ledger entry ended.
@@ -104,6 +143,9 @@ type Decision struct {
 	// Waiting are the machines that wait for a turn they may have
 	// (approved when Manual), granted or not.
 	Waiting []*likenv1.Machine
+	// Skipped are the machines that would have had a turn but whose drain
+	// would be blocked by PodDisruptionBudgets, in grant order.
+	Skipped []Skip
 	// RequeueAfter is when the decision must be taken again even if nothing
 	// changes: the end of the startup grace or the next stall deadline.
 	RequeueAfter time.Duration
@@ -117,7 +159,10 @@ type Decision struct {
 // open (or when the cluster declares none), grant, leaders before workers
 // and by machine name, while turns held plus unavailable machines without
 // a turn stay within maxUnavailable and at most one leader is down; a
-// Release turn only to a machine whose staged release is spec.version.
+// Release turn only to a machine whose staged release is spec.version; and
+// never to a machine whose drain PodDisruptionBudgets would block now,
+// counting the evictions the drains of the turns held still need: the
+// next machine in order takes its turn.
 func Decide(in Input) Decision {
 	c := in.Cluster
 	st := c.Status.DeepCopy()
@@ -265,6 +310,13 @@ func Decide(in Input) Decision {
 			}
 			return false
 		}
+		// Evictions the drains of the turns held still need, by budget.
+		taken := map[string]int{}
+		for _, t := range st.RebootTurns {
+			for b, pods := range in.Drains[t.Machine].Needs {
+				taken[b] += len(pods)
+			}
+		}
 		for _, m := range d.Waiting {
 			reason := reasonFor(m)
 			// A Release turn is for spec.version only: a machine that still
@@ -283,6 +335,10 @@ func Decide(in Input) Decision {
 			if fleet.IsLeader(m) && leaderDownOtherThan(m.Name) {
 				continue
 			}
+			if blocks := drainBlocks(in.Drains[m.Name], in.DisruptionsAllowed, taken); len(blocks) > 0 {
+				d.Skipped = append(d.Skipped, Skip{Machine: m.Name, Leader: fleet.IsLeader(m), Budgets: drainNote(blocks)})
+				continue
+			}
 			cost := 1
 			if unavailable(m) {
 				cost = 0 // already counted: the turn replaces its unavailability
@@ -291,6 +347,9 @@ func Decide(in Input) Decision {
 				continue
 			}
 			free -= cost
+			for b, pods := range in.Drains[m.Name].Needs {
+				taken[b] += len(pods)
+			}
 			t := likenv1.RebootTurn{
 				Machine:   m.Name,
 				Reason:    reason,
@@ -321,6 +380,10 @@ func Decide(in Input) Decision {
 		cond.Message = outsideWindowMessage(win, st.RebootTurns, d.Waiting)
 	case len(st.RebootTurns) > 0 || len(d.Waiting) > 0:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonGranting
+		if len(st.RebootTurns) == 0 && len(d.Skipped) > 0 {
+			// Nothing moves, and a drain that would be blocked is why.
+			cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonDrainBlocked
+		}
 		var down nameList
 		for _, m := range in.Machines {
 			if !inLedger(m.Name) && unavailable(m) {
@@ -328,7 +391,8 @@ func Decide(in Input) Decision {
 			}
 		}
 		cond.Message = grantingMessage(st.RebootTurns, down, d.Waiting, inLedger, maxUnavailable)
-		cond.Message += orderMessage(in.Machines, d.Waiting, inLedger, inTrial, c.Spec.Version)
+		cond.Message += orderMessage(in.Machines, d.Waiting, inLedger, inTrial, c.Spec.Version, d.Skipped)
+		cond.Message += skippedMessage(d.Skipped)
 		if !win.Always && len(d.Waiting) > 0 {
 			cond.Message += openWindowMessage(win)
 		}
@@ -654,7 +718,7 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) 
 // leader. It names the machines of the other group not proven on version
 // yet and what each of them does; it is empty when nobody waits for that
 // reason.
-func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(string) bool, version string) string {
+func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(string) bool, version string, skipped []Skip) string {
 	upgrade, downgrade := false, false
 	for _, m := range waiting {
 		if inLedger(m.Name) || reasonFor(m) != likenv1.TurnRelease {
@@ -669,12 +733,12 @@ func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(s
 	}
 	var b strings.Builder
 	if upgrade {
-		if l := blocking(machines, true, func(m *likenv1.Machine) bool { return behind(m, version, inTrial) }, inLedger); l.n > 0 {
+		if l := blocking(machines, true, func(m *likenv1.Machine) bool { return behind(m, version, inTrial) }, inLedger, skipped); l.n > 0 {
 			fmt.Fprintf(&b, " Workers update to %s after every leader runs it; leaders not on it yet: %s.", version, l)
 		}
 	}
 	if downgrade {
-		if l := blocking(machines, false, func(m *likenv1.Machine) bool { return ahead(m, version, inTrial) }, inLedger); l.n > 0 {
+		if l := blocking(machines, false, func(m *likenv1.Machine) bool { return ahead(m, version, inTrial) }, inLedger, skipped); l.n > 0 {
 			fmt.Fprintf(&b, " Leaders go back to %s after every worker runs it (a downgrade goes workers first); workers not on it yet: %s.", version, l)
 		}
 	}
@@ -682,8 +746,9 @@ func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(s
 }
 
 // blocking lists the leaders (or the workers) for which pending is true,
-// each with its phase and what it waits for.
-func blocking(machines []*likenv1.Machine, leaders bool, pending func(*likenv1.Machine) bool, inLedger func(string) bool) nameList {
+// each with its phase and what it waits for: an approval, or budgets that
+// would block its drain (skipped).
+func blocking(machines []*likenv1.Machine, leaders bool, pending func(*likenv1.Machine) bool, inLedger func(string) bool, skipped []Skip) nameList {
 	var out nameList
 	for _, m := range machines {
 		if fleet.IsLeader(m) != leaders || !pending(m) {
@@ -695,6 +760,9 @@ func blocking(machines []*likenv1.Machine, leaders bool, pending func(*likenv1.M
 		}
 		if fleet.IsManual(m) && m.Status.Change != "" && !fleet.Approved(m, m.Status.Change) && !inLedger(m.Name) {
 			note += ", waits for `liken approve-reboot " + m.Name + "`"
+		}
+		if i := slices.IndexFunc(skipped, func(s Skip) bool { return s.Machine == m.Name }); i >= 0 {
+			note += ", its drain would be blocked by " + skipped[i].Budgets
 		}
 		out.add(m.Name + " (" + note + ")")
 	}
@@ -727,6 +795,53 @@ func grantingMessage(turns []likenv1.RebootTurn, down nameList, waiting []*liken
 			b.WriteString(" ")
 		}
 		fmt.Fprintf(&b, "Waiting for a turn: %s.", names)
+	}
+	return b.String()
+}
+
+// drainBlock is a PodDisruptionBudget that would block a drain: it allows
+// allowed disruptions, the drains of the turns held take taken of them, and
+// the drain would evict pods under it.
+type drainBlock struct {
+	budget  string
+	allowed int32
+	taken   int
+	pods    []string
+}
+
+// drainBlocks are the budgets that would refuse an eviction of drain,
+// by name: those whose disruptions allowed, less those taken, are fewer
+// than the pods the drain evicts under them.
+func drainBlocks(drain Drain, allowed map[string]int32, taken map[string]int) []drainBlock {
+	var out []drainBlock
+	for b, pods := range drain.Needs {
+		if taken[b]+len(pods) > int(allowed[b]) {
+			out = append(out, drainBlock{budget: b, allowed: allowed[b], taken: taken[b], pods: pods})
+		}
+	}
+	slices.SortFunc(out, func(a, b drainBlock) int { return strings.Compare(a.budget, b.budget) })
+	return out
+}
+
+// skippedMessage says which machines were passed over because their drain
+// would be blocked, and what to do; empty when none was.
+func skippedMessage(skipped []Skip) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(" Passed over, because PodDisruptionBudgets would block their drain now:")
+	for i, s := range skipped {
+		if i == maxListed {
+			fmt.Fprintf(&b, " and %d more machines.", len(skipped)-maxListed)
+			break
+		}
+		fmt.Fprintf(&b, " %s waits: its drain would be blocked by %s.", s.Machine, clip(s.Budgets, maxMachineMessage))
+	}
+	b.WriteString(" The next machine in order takes each such turn; a machine passed over gets its turn by itself once its budgets allow the evictions " +
+		"(let the workload run its pods elsewhere, or relax the budget).")
+	if slices.ContainsFunc(skipped, func(s Skip) bool { return s.Leader }) {
+		b.WriteString(" A leader passed over holds back the workers of an upgrade until it runs the new release.")
 	}
 	return b.String()
 }

@@ -867,4 +867,20 @@ func TestOperatorScope(t *testing.T) {
 	ev.Namespace = metav1.NamespaceSystem
 	_, err = op.EventsV1().Events(metav1.NamespaceSystem).Create(ctx, ev, metav1.CreateOptions{})
 	assert.Assert(t, apierrors.IsForbidden(err), "the operator wrote an event in %s: %v", metav1.NamespaceSystem, err)
+
+	// The drain check reads pods and PodDisruptionBudgets everywhere, and
+	// changes neither.
+	_, err = op.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err, "the operator lists pods")
+	_, err = op.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err, "the operator lists PodDisruptionBudgets")
+	w, err := op.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
+	assert.NilError(t, err, "the operator watches pods")
+	w.Stop()
+	err = op.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, "any", metav1.DeleteOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "the operator may delete pods: %v", err)
+	err = op.CoreV1().Pods(metav1.NamespaceDefault).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "any", Namespace: metav1.NamespaceDefault}})
+	assert.Assert(t, apierrors.IsForbidden(err), "the operator may evict pods: %v", err)
+	err = op.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Delete(ctx, "any", metav1.DeleteOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "the operator may delete PodDisruptionBudgets: %v", err)
 }

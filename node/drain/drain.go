@@ -23,88 +23,8 @@ import (
 	"k8s.io/utils/clock"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/eviction"
 )
-
-// Names that decide which pods stay on a draining node.
-const (
-	// LabelDRADriver marks a pod that runs a DRA driver when nothing else
-	// tells (it mounts no kubelet plugin folder and no DaemonSet owns it).
-	LabelDRADriver = "liken.sh/dra-driver"
-	// KubeletPluginsRegistry is where kubelet plugins (DRA drivers, CSI
-	// node plugins) register with the kubelet; a pod that mounts it, or a
-	// folder that holds it or lies under it, talks to the kubelet as a
-	// plugin.
-	KubeletPluginsRegistry = "/var/lib/kubelet/plugins_registry"
-	// KubeletPlugins holds the sockets of kubelet plugins.
-	KubeletPlugins = "/var/lib/kubelet/plugins"
-	// MirrorPodAnnotation marks the API copy of a static pod.
-	MirrorPodAnnotation = "kubernetes.io/config.mirror"
-)
-
-// Kind is how the drain treats a pod.
-type Kind int
-
-// Pod kinds, in the order the drain handles them.
-const (
-	// Finished pods (Succeeded or Failed) hold nothing; the drain ignores them.
-	Finished Kind = iota
-	// Stays: DaemonSet pods, mirror pods and DRA driver pods are not evicted.
-	Stays
-	// ClaimHolder pods hold a DRA ResourceClaim: evicted first, and gone
-	// before any other pod is evicted, so their drivers can still answer
-	// the kubelet's unprepare calls.
-	ClaimHolder
-	// Other pods are evicted once every claim holder is gone.
-	Other
-)
-
-// String names the kind.
-func (k Kind) String() string {
-	return [...]string{"finished", "stays", "claim holder", "other"}[k]
-}
-
-// Classify says how the drain treats pod, and why for a pod that stays.
-func Classify(pod *corev1.Pod) (Kind, string) {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return Finished, "finished"
-	}
-	if _, ok := pod.Annotations[MirrorPodAnnotation]; ok {
-		return Stays, "mirror pod of a static pod"
-	}
-	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
-		return Stays, "DaemonSet pod"
-	}
-	if IsDRADriver(pod) {
-		return Stays, "DRA driver pod"
-	}
-	if len(pod.Spec.ResourceClaims) > 0 {
-		return ClaimHolder, "holds a ResourceClaim"
-	}
-	return Other, ""
-}
-
-// IsDRADriver tells whether pod runs a DRA driver: it carries the label
-// liken.sh/dra-driver=true, or it mounts a host folder through which
-// kubelet plugins register or serve (under /var/lib/kubelet/plugins or
-// plugins_registry, or a folder above them). Every DRA kubelet plugin needs
-// such a mount to be found by the kubelet.
-func IsDRADriver(pod *corev1.Pod) bool {
-	if pod.Labels[LabelDRADriver] == "true" {
-		return true
-	}
-	for _, v := range pod.Spec.Volumes {
-		if v.HostPath == nil {
-			continue
-		}
-		p := strings.TrimRight(v.HostPath.Path, "/")
-		for _, dir := range []string{KubeletPluginsRegistry, KubeletPlugins} {
-			if p == dir || strings.HasPrefix(p, dir+"/") || (p != "" && strings.HasPrefix(dir, p+"/")) {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // Cordon marks node unschedulable. When liken makes the change it records
 // it with the annotation liken.sh/cordoned=value and returns true; a node
@@ -224,7 +144,7 @@ type Options struct {
 	// whenever what blocks it changes.
 	OnBlocked func(Blocked)
 	// OnEvict is called after each eviction the API accepted.
-	OnEvict func(pod *corev1.Pod, kind Kind)
+	OnEvict func(pod *corev1.Pod, kind eviction.Kind)
 }
 
 type podState struct {
@@ -285,16 +205,16 @@ func Run(ctx context.Context, o Options) error {
 			var holders, others []*corev1.Pod
 			for i := range pods.Items {
 				p := &pods.Items[i]
-				switch k, _ := Classify(p); k {
-				case ClaimHolder:
+				switch k, _ := eviction.Classify(p); k {
+				case eviction.ClaimHolder:
 					holders = append(holders, p)
-				case Other:
+				case eviction.Other:
 					others = append(others, p)
 				}
 			}
-			stage, kind := holders, ClaimHolder
+			stage, kind := holders, eviction.ClaimHolder
 			if len(holders) == 0 {
-				stage, kind = others, Other
+				stage, kind = others, eviction.Other
 			}
 			if len(stage) == 0 {
 				log.Info("Node drained", "took", o.Clock.Since(start).Round(time.Millisecond))
@@ -410,12 +330,9 @@ func budgetsOf(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) []str
 		return nil
 	}
 	var out []string
-	for _, b := range list.Items {
-		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil || sel.Empty() {
-			continue
-		}
-		if sel.Matches(labels.Set(p.Labels)) {
+	for i := range list.Items {
+		b := &list.Items[i]
+		if sel, ok := eviction.BudgetSelector(b); ok && sel.Matches(labels.Set(p.Labels)) {
 			out = append(out, b.Namespace+"/"+b.Name)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/eviction"
 )
 
 func pod(name string, mut ...func(*corev1.Pod)) *corev1.Pod {
@@ -44,33 +45,6 @@ func ownedBy(kind string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		t := true
 		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: "x", Controller: &t, APIVersion: "apps/v1"}}
-	}
-}
-
-func TestClassify(t *testing.T) {
-	cases := []struct {
-		name string
-		pod  *corev1.Pod
-		kind Kind
-	}{
-		{"plain", pod("a"), Other},
-		{"replicaset", pod("a", ownedBy("ReplicaSet")), Other},
-		{"daemonset", pod("a", ownedBy("DaemonSet")), Stays},
-		{"mirror", pod("a", func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} }), Stays},
-		{"claim", pod("a", withClaim), ClaimHolder},
-		{"finished", pod("a", withClaim, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), Finished},
-		{"driver label", pod("a", func(p *corev1.Pod) { p.Labels[LabelDRADriver] = "true" }), Stays},
-		{"driver registry mount", pod("a", hostPath("/var/lib/kubelet/plugins_registry")), Stays},
-		{"driver plugins mount", pod("a", hostPath("/var/lib/kubelet/plugins/gpu.example.com")), Stays},
-		{"kubelet dir mount", pod("a", hostPath("/var/lib/kubelet/")), Stays},
-		{"other host path", pod("a", hostPath("/var/log")), Other},
-		{"similar prefix", pod("a", hostPath("/var/lib/kubelet/plugins_registry2")), Other},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			k, _ := Classify(tc.pod)
-			assert.Equal(t, k, tc.kind)
-		})
 	}
 }
 
@@ -164,8 +138,8 @@ func TestRunEvictsClaimHoldersFirstAndLeavesTheRest(t *testing.T) {
 		pod("web-1"), pod("web-2"),
 		pod("gpu-job", withClaim),
 		pod("ds", ownedBy("DaemonSet")),
-		pod("driver", hostPath(KubeletPluginsRegistry)),
-		pod("static", func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} }),
+		pod("driver", hostPath(eviction.KubeletPluginsRegistry)),
+		pod("static", func(p *corev1.Pod) { p.Annotations = map[string]string{eviction.MirrorPodAnnotation: "x"} }),
 	}
 	c := fake.NewClientset(objs...)
 	ev := &evictions{refuse: map[string]bool{}}

@@ -259,8 +259,10 @@ type ClusterStatus struct {
 	// the message says what to do; reason StartupGrace while a new
 	// cluster-operator leader waits before granting; reason OutsideWindow
 	// while machines wait for the next maintenance window, and the message
-	// says when it opens) and ReleasesAvailable (whether the channel could
-	// be read).
+	// says when it opens; reason DrainBlocked when no turn is held or
+	// granted because PodDisruptionBudgets would block the drain of the
+	// machines next in line, and the message names the budgets and their
+	// pods) and ReleasesAvailable (whether the channel could be read).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -66,6 +66,11 @@ const (
 	// ReasonOutsideWindow: machines wait for a turn, and no maintenance
 	// window (spec.disruption.windows) is open.
 	ReasonOutsideWindow = "OutsideWindow"
+	// ReasonDrainBlocked: no turn is held or granted, and machines that
+	// could have had one were passed over because PodDisruptionBudgets
+	// would block their drain now; the message names the budgets and
+	// their pods.
+	ReasonDrainBlocked = "DrainBlocked"
 	// ReasonInvalidWindow: a maintenance window cannot be read (such as a
 	// time zone cluster-operator does not know); nothing is granted.
 	ReasonInvalidWindow = "InvalidWindow"

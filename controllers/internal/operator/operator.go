@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +24,7 @@ import (
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -226,7 +228,11 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	}
 	turnCtrl, err = turns.New(turns.Config{
 		Clusters: clusters, Machines: machines, Nodes: kf.Core().V1().Nodes(),
-		Writer: liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
+		Pods: kf.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, _ time.Duration) cache.SharedIndexInformer {
+			return turns.NewPodInformer(c)
+		}),
+		Budgets: kf.Policy().V1().PodDisruptionBudgets(),
+		Writer:  liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
 		Term: term, StartupGrace: o.StartupGrace, Liveness: liveCtrl,
 	})
 	if err != nil {

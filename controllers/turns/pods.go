@@ -1,0 +1,277 @@
+package turns
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"liken.sh/liken/internal/eviction"
+)
+
+// Pod is what the drain check keeps of a pod. The pod informer's
+// transform (TrimPod) replaces every Pod it receives with one, so that
+// the operator holds a few hundred bytes per pod of the cluster, not a
+// whole Pod: see docs/benchmarks.md.
+//
+// Strings that many pods share are interned (unique.Make): the namespace,
+// the node name and the whole label set, which the pods of one workload
+// have in common; each pod holds only its name and resourceVersion.
+type Pod struct {
+	namespace unique.Handle[string]
+	// Name of the pod.
+	Name string
+	// ResourceVersion of the pod: the informer tells an update from a
+	// resync by it.
+	ResourceVersion string
+	nodeName        unique.Handle[string]
+	// Labels are the pod's labels, which PodDisruptionBudgets select.
+	Labels PodLabels
+	// Evicted: the drain of its node evicts it (eviction.Evicts, the node
+	// daemon's own rule: DaemonSet, mirror, DRA driver and finished pods
+	// stay).
+	Evicted bool
+	// TakesDisruption: its eviction takes a disruption from the budgets
+	// that cover it (it is neither Pending nor being deleted).
+	TakesDisruption bool
+}
+
+// Namespace of the pod.
+func (p *Pod) Namespace() string { return p.namespace.Value() }
+
+// NodeName is spec.nodeName.
+func (p *Pod) NodeName() string { return p.nodeName.Value() }
+
+// GetObjectMeta makes Pod an object the informer's cache can key
+// (namespace/name) and tell apart by resourceVersion.
+func (p *Pod) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: p.Namespace(), Name: p.Name, ResourceVersion: p.ResourceVersion}
+}
+
+// key is namespace/name.
+func (p *Pod) key() string { return p.Namespace() + "/" + p.Name }
+
+// PodLabels are a pod's labels, interned as one string of key=value
+// pairs sorted by key and separated by commas (neither character can
+// appear in a label's key or value), and matched by a labels.Selector as
+// a map would be.
+type PodLabels struct{ h unique.Handle[string] }
+
+// Has tells whether the label key is set.
+func (l PodLabels) Has(key string) bool {
+	_, ok := l.Lookup(key)
+	return ok
+}
+
+// Get is the value of the label key, or "".
+func (l PodLabels) Get(key string) string {
+	v, _ := l.Lookup(key)
+	return v
+}
+
+// Lookup is the value of the label key, and whether it is set.
+func (l PodLabels) Lookup(key string) (string, bool) {
+	if l == (PodLabels{}) {
+		return "", false
+	}
+	for kv := range strings.SplitSeq(l.h.Value(), ",") {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+var _ labels.Labels = PodLabels{}
+
+// podLabels packs m.
+func podLabels(m map[string]string) PodLabels {
+	if len(m) == 0 {
+		return PodLabels{}
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(m[k])
+	}
+	return PodLabels{unique.Make(b.String())}
+}
+
+// TrimPod is the pod informer's transform (cache.TransformFunc): it
+// replaces a *corev1.Pod with the Pod the drain check needs, and passes
+// anything else (a Pod already trimmed, a tombstone) through.
+func TrimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	evicted, takes := eviction.Evicts(p)
+	return &Pod{
+		namespace:       unique.Make(p.Namespace),
+		Name:            p.Name,
+		ResourceVersion: p.ResourceVersion,
+		nodeName:        unique.Make(p.Spec.NodeName),
+		Labels:          podLabels(p.Labels),
+		Evicted:         evicted,
+		TakesDisruption: takes,
+	}, nil
+}
+
+// TrimBudget is the PodDisruptionBudget informer's transform: it drops the
+// managed fields and the annotations, which the drain check does not
+// read.
+func TrimBudget(obj any) (any, error) {
+	if b, ok := obj.(*policyv1.PodDisruptionBudget); ok {
+		b.ManagedFields, b.Annotations = nil, nil
+	}
+	return obj, nil
+}
+
+// ByNode is the name of the pod informer index keyed by spec.nodeName.
+const ByNode = "byNode"
+
+// PodIndexers is the pod informer's index set: pods by node name, its only
+// index (an index by namespace would cost as much again).
+var PodIndexers = cache.Indexers{ByNode: indexByNode}
+
+func indexByNode(obj any) ([]string, error) {
+	if p, ok := obj.(*Pod); ok && p.NodeName() != "" {
+		return []string{p.NodeName()}, nil
+	}
+	return nil, nil
+}
+
+// NewPodInformer is the pod informer of the drain check: every pod of the
+// cluster, kept as Pod (TrimPod), indexed by node name only.
+func NewPodInformer(client kubernetes.Interface) cache.SharedIndexInformer {
+	inf := coreinformers.NewPodInformer(client, metav1.NamespaceAll, 0, PodIndexers)
+	if err := inf.SetTransform(TrimPod); err != nil {
+		panic(err) // not started yet: cannot fail
+	}
+	return inf
+}
+
+// samePod tells whether two versions of a pod read the same to the drain
+// check: the pod's status changes often and means nothing to it.
+func samePod(a, b *Pod) bool {
+	return a.nodeName == b.nodeName && a.Evicted == b.Evicted && a.TakesDisruption == b.TakesDisruption && a.Labels == b.Labels
+}
+
+// budgetsReader reads the PodDisruptionBudgets and the pods of nodes from
+// informer indexers, for one decision: it parses each budget's selector
+// once.
+type budgetsReader struct {
+	pods, budgets cache.Indexer
+	byNamespace   map[string][]budgetSelector
+	allowed       map[string]int32
+}
+
+type budgetSelector struct {
+	key string
+	sel labels.Selector
+}
+
+// inNamespace are the budgets of namespace ns that cover some pod.
+func (r *budgetsReader) inNamespace(ns string) ([]budgetSelector, error) {
+	if out, ok := r.byNamespace[ns]; ok {
+		return out, nil
+	}
+	objs, err := r.budgets.ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		return nil, fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", ns, err)
+	}
+	var out []budgetSelector
+	for _, o := range objs {
+		b, ok := o.(*policyv1.PodDisruptionBudget)
+		if !ok {
+			continue
+		}
+		sel, ok := eviction.BudgetSelector(b)
+		if !ok {
+			continue
+		}
+		key := b.Namespace + "/" + b.Name
+		out = append(out, budgetSelector{key: key, sel: sel})
+		r.allowed[key] = b.Status.DisruptionsAllowed
+	}
+	r.byNamespace[ns] = out
+	return out, nil
+}
+
+// drainOf is what draining node would take from the budgets now: for
+// each budget that covers a pod the drain evicts (and whose eviction
+// takes a disruption), those pods. The zero Drain when it takes none.
+func (r *budgetsReader) drainOf(node string) (Drain, error) {
+	objs, err := r.pods.ByIndex(ByNode, node)
+	if err != nil {
+		return Drain{}, fmt.Errorf("listing the pods of node %s: %w", node, err)
+	}
+	var d Drain
+	for _, o := range objs {
+		p, ok := o.(*Pod)
+		if !ok || !p.Evicted || !p.TakesDisruption {
+			continue
+		}
+		budgets, err := r.inNamespace(p.Namespace())
+		if err != nil {
+			return Drain{}, err
+		}
+		for _, b := range budgets {
+			if !b.sel.Matches(p.Labels) {
+				continue
+			}
+			if d.Needs == nil {
+				d.Needs = map[string][]string{}
+			}
+			d.Needs[b.key] = append(d.Needs[b.key], p.key())
+		}
+	}
+	for _, pods := range d.Needs {
+		slices.Sort(pods)
+	}
+	return d, nil
+}
+
+// drainNote describes the budgets that block a drain, for messages:
+// "PodDisruptionBudget shop/web (0 disruptions allowed) covering pods
+// shop/web-1".
+func drainNote(blocks []drainBlock) string {
+	parts := make([]string, 0, len(blocks))
+	for i, b := range blocks {
+		if i == maxListed {
+			parts = append(parts, fmt.Sprintf("and %d more", len(blocks)-maxListed))
+			break
+		}
+		allowed := fmt.Sprintf("%d disruptions allowed", b.allowed)
+		if b.allowed == 1 {
+			allowed = "1 disruption allowed"
+		}
+		if b.taken > 0 {
+			allowed += fmt.Sprintf(", %d of them taken by the drains of turns already granted", min(b.taken, int(max(b.allowed, 0))))
+		}
+		pods := b.pods
+		more := ""
+		if len(pods) > maxListed {
+			pods, more = pods[:maxListed], fmt.Sprintf(" and %d more", len(b.pods)-maxListed)
+		}
+		parts = append(parts, fmt.Sprintf("PodDisruptionBudget %s (%s) covering pods %s%s", b.budget, allowed, strings.Join(pods, ","), more))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/poll"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BenchmarkOperatorPods measures cluster-operator's memory with many pods
+// in the cluster, which its drain check watches (through a transform that
+// keeps only what the check reads). 1,000 machines without Nodes, and
+// 50,000 pods under LIKEN_BENCH=full (2,000 otherwise), 50 per machine,
+// bound to the machines' names: a real API server serves them to the
+// operator's informer. When LIKEN_BENCH_BASELINE_BIN names a folder that
+// holds an earlier cluster-operator (one without the pod informer), it
+// runs too, on the same control plane, right before: its RSS is today's
+// figure.
+//
+//	LIKEN_BENCH=full LIKEN_BIN=$PWD/_output/bin LIKEN_BENCH_BASELINE_BIN=/tmp/base/bin \
+//	  go test -count=1 -run '^$' -bench OperatorPods -benchtime 1x -timeout 30m -v ./e2e/bench
+func BenchmarkOperatorPods(b *testing.B) {
+	pods := 2000
+	if full() {
+		pods = 50000
+	}
+	const machines = 1000
+	f := NewFleet(b, FleetOptions{Machines: machines, Leaders: 3, MaxUnavailable: "1", RenewEvery: 30 * time.Second, RebootFor: time.Second})
+	start := time.Now()
+	names := make([]string, pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("web-%05d", i)
+	}
+	_, err := f.Kube.CoreV1().Namespaces().Create(f.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
+	must(b, err)
+	must(b, parallel(names, 16, func(i int, name string) error {
+		_, err := f.Kube.CoreV1().Pods("shop").Create(f.ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+				"app.kubernetes.io/name": fmt.Sprintf("web-%d", i%100), "app.kubernetes.io/instance": "shop", "pod-template-hash": "7c9f8d6b5d"}},
+			Spec: corev1.PodSpec{NodeName: MachineName(i % machines), Containers: []corev1.Container{{Name: "web", Image: "registry.example/shop/web:1.42.0"}}},
+		}, metav1.CreateOptions{})
+		return err
+	}))
+	b.Logf("%d pods created in %s", pods, time.Since(start).Round(time.Second))
+
+	measure := func(label string) Usage {
+		op := StartOperator(b, f.CP.OperatorKubeconfig, filepath.Join(f.CP.Dir, "logs", "cluster-operator-"+label+".log"), "--startup-grace", "5s", "--machine-lost-after", "2m")
+		began := time.Now()
+		poll.WaitOn(b, func(poll.LogT) poll.Result {
+			if err := op.Exited(); err != nil {
+				return poll.Error(err)
+			}
+			if op.Ready() {
+				return poll.Success()
+			}
+			return poll.Continue("%s operator not ready", label)
+		}, poll.WithTimeout(5*time.Minute), poll.WithDelay(200*time.Millisecond))
+		synced := time.Since(began)
+		// Fixed windows, not conditions: 10 s to settle, then 30 s
+		// sampled once a second.
+		time.Sleep(10 * time.Second)
+		s := StartSampler(op.PID, time.Second)
+		time.Sleep(30 * time.Second)
+		u := stopSampler(b, s)
+		must(b, syscall.Kill(op.PID, syscall.SIGTERM))
+		poll.WaitOn(b, func(poll.LogT) poll.Result {
+			if op.Exited() != nil {
+				return poll.Success()
+			}
+			return poll.Continue("%s operator still running", label)
+		}, poll.WithTimeout(30*time.Second), poll.WithDelay(100*time.Millisecond))
+		b.Logf("%s cluster-operator, %d machines, %d pods: caches synced in %s; RSS median %.0f MiB, max %.0f MiB (%d samples)",
+			label, machines, pods, synced.Round(100*time.Millisecond), MiB(u.RSSMedian), MiB(u.RSSMax), u.Samples)
+		return u
+	}
+	for b.Loop() {
+		var base Usage
+		if dir := os.Getenv("LIKEN_BENCH_BASELINE_BIN"); dir != "" {
+			now := os.Getenv("LIKEN_BIN")
+			b.Setenv("LIKEN_BIN", dir)
+			base = measure("baseline")
+			b.Setenv("LIKEN_BIN", now)
+		}
+		u := measure("liken")
+		b.ReportMetric(MiB(u.RSSMedian), "MiB-RSS")
+		if base.Samples > 0 {
+			b.ReportMetric(MiB(base.RSSMedian), "MiB-RSS-baseline")
+			ratio := float64(u.RSSMedian) / float64(base.RSSMedian)
+			b.ReportMetric(ratio, "x-baseline")
+			if ratio >= 2 {
+				b.Errorf("cluster-operator's RSS with %d pods is %.0f MiB, %.2f x the %.0f MiB of the operator without the pod informer: the target is under 2 x",
+					pods, MiB(u.RSSMedian), ratio, MiB(base.RSSMedian))
+			}
+		}
+	}
+}
