@@ -285,7 +285,7 @@ func TestControllerPassesOverABlockedDrainAndSaysSoOnce(t *testing.T) {
 		tu.Machine("node-1", tu.WantsRelease), tu.Machine("node-2", tu.WantsRelease),
 		tu.Node("node-1", true), tu.Node("node-2", true),
 		podOn("node-1", "web-1", "web"), budget("web", "web", 0))
-	_, err := f.ctrl.Sync(context.Background(), "lab")
+	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	c := f.stored("lab")
 	assert.Equal(t, c.Status.Turns, "node-2")
@@ -300,7 +300,7 @@ func TestControllerPassesOverABlockedDrainAndSaysSoOnce(t *testing.T) {
 	assert.Assert(t, is.Contains(blocked[0], "Warning DrainWouldBlock node-1 waits: its drain would be blocked by PodDisruptionBudget shop/web"))
 
 	f.refresh("lab")
-	_, err = f.ctrl.Sync(context.Background(), "lab")
+	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	for _, e := range f.events() {
 		assert.Assert(t, !strings.Contains(e, EventDrainWouldBlock), "reported again: %s", e)
