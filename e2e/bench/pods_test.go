@@ -59,7 +59,7 @@ func TestOperatorPodsSmoke(t *testing.T) {
 type podsOptions struct {
 	machines, pods int
 	// settle is how long the operator runs once ready before it is
-	// sampled, once a second, for sample.
+	// sampled, once a second, for sample (counted in samples).
 	settle, sample time.Duration
 	// baseline, when set, is a folder holding an earlier cluster-operator
 	// that is measured first, on the same control plane.
@@ -101,12 +101,20 @@ func runOperatorPods(b testing.TB, o podsOptions) (u, base Usage) {
 			return poll.Continue("%s operator not ready", label)
 		}, poll.WithTimeout(5*time.Minute), poll.WithDelay(200*time.Millisecond))
 		synced := time.Since(began)
-		// Fixed windows, not conditions: settle, then sample once a
-		// second.
-		time.Sleep(o.settle)
-		s := StartSampler(op.PID, time.Second)
-		time.Sleep(o.sample)
-		u := stopSampler(b, s)
+		// Sampled once a second: o.settle's samples are left out, the
+		// next o.sample's are the figure.
+		sampled := func(s *Sampler, d time.Duration) Usage {
+			want := int(d/time.Second) + 1
+			poll.WaitOn(b, func(poll.LogT) poll.Result {
+				if n := s.Samples(); n < want {
+					return poll.Continue("%s operator: %d of %d samples", label, n, want)
+				}
+				return poll.Success()
+			}, poll.WithTimeout(d+time.Minute), poll.WithDelay(100*time.Millisecond))
+			return stopSampler(b, s)
+		}
+		sampled(StartSampler(op.PID, time.Second), o.settle)
+		u := sampled(StartSampler(op.PID, time.Second), o.sample)
 		must(b, syscall.Kill(op.PID, syscall.SIGTERM))
 		poll.WaitOn(b, func(poll.LogT) poll.Result {
 			if op.Exited() != nil {

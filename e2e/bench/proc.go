@@ -141,6 +141,13 @@ func (s *Sampler) sample() {
 	s.samples = append(s.samples, p)
 }
 
+// Samples is how many samples were taken so far.
+func (s *Sampler) Samples() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.samples)
+}
+
 // Stop takes a last sample and returns what was seen.
 func (s *Sampler) Stop() (Usage, error) {
 	close(s.stop)

@@ -8,37 +8,17 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"liken.sh/liken/internal/eviction/evictiontest"
 )
 
-func pod(name string, mut ...func(*corev1.Pod)) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", Labels: map[string]string{"app": name}},
-		Spec:       corev1.PodSpec{NodeName: "node-1"},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
-	}
-	for _, m := range mut {
-		m(p)
-	}
-	return p
-}
-
-func withClaim(p *corev1.Pod) {
-	n := "gpu"
-	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &n}}
-}
-
-func ownedBy(kind string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		t := true
-		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: "x", Controller: &t, APIVersion: "apps/v1"}}
-	}
-}
-
-func hostPath(path string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}})
-	}
-}
+// The pods of the drain's rule (shared with the other package's tests).
+var (
+	pod       = evictiontest.Pod
+	withClaim = evictiontest.WithClaim
+	ownedBy   = evictiontest.OwnedBy
+	hostPath  = evictiontest.HostPath
+)
 
 func TestClassify(t *testing.T) {
 	cases := []struct {

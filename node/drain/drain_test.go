@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -22,37 +21,17 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/eviction"
+
+	"liken.sh/liken/internal/eviction/evictiontest"
 )
 
-func pod(name string, mut ...func(*corev1.Pod)) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", UID: types.UID("uid-" + name), Labels: map[string]string{"app": name}},
-		Spec:       corev1.PodSpec{NodeName: "node-1"},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
-	}
-	for _, m := range mut {
-		m(p)
-	}
-	return p
-}
-
-func withClaim(p *corev1.Pod) {
-	n := "gpu"
-	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &n}}
-}
-
-func ownedBy(kind string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		t := true
-		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: "x", Controller: &t, APIVersion: "apps/v1"}}
-	}
-}
-
-func hostPath(path string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}})
-	}
-}
+// The pods of the drain's rule (shared with the other package's tests).
+var (
+	pod       = evictiontest.Pod
+	withClaim = evictiontest.WithClaim
+	ownedBy   = evictiontest.OwnedBy
+	hostPath  = evictiontest.HostPath
+)
 
 func node(mut ...func(*corev1.Node)) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
@@ -201,9 +180,9 @@ func TestRunStopsWithItsContext(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// TestRunWakesWhenTheEvictedPodIsGone: the pods terminate a while after
-// their eviction, as a kubelet stops them; the drain sees them gone
-// through its watch, not at its next poll (the clock never reaches it).
+// TestRunWakesWhenTheEvictedPodIsGone: an evicted pod turns terminating
+// and then goes, as a kubelet stops it; the drain sees it gone through its
+// watch, not at its next poll (the fake clock never reaches it).
 func TestRunWakesWhenTheEvictedPodIsGone(t *testing.T) {
 	c := fake.NewClientset(pod("web-1"), pod("web-2"))
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -221,11 +200,10 @@ func TestRunWakesWhenTheEvictedPodIsGone(t *testing.T) {
 		if err := c.Tracker().Update(gvr, p, ev.Namespace); err != nil {
 			return true, nil, err
 		}
-		go func() {
-			time.Sleep(20 * time.Millisecond) // the kubelet stopping the containers
-			_ = c.Tracker().Delete(gvr, ev.Namespace, ev.Name)
-		}()
-		return true, nil, nil
+		// The kubelet stops the containers: the pod goes after its
+		// eviction was accepted, through a terminating state the drain
+		// only sees through its watch or its next list.
+		return true, nil, c.Tracker().Delete(gvr, ev.Namespace, ev.Name)
 	})
 	clk := clocktesting.NewFakeClock(time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
