@@ -8,15 +8,18 @@ package vme2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	clirelease "liken.sh/liken/cli/release"
+	"liken.sh/liken/node/watchdog"
 )
 
 // oneMachine boots vm-1 on a first release, with cluster-operator running
@@ -51,30 +54,45 @@ func (m *vm) waitTrialFailed(version string, timeout time.Duration) string {
 	return reason
 }
 
-// waitConsole waits until the machine's console shows marker.
-func (m *vm) waitConsole(marker string, timeout time.Duration) {
+// waitConsole waits until the machine's console shows marker and returns
+// that line.
+func (m *vm) waitConsole(marker string, timeout time.Duration) string {
 	m.l.t.Helper()
+	var line string
 	poll.WaitOn(m.l.t, func(poll.LogT) poll.Result {
-		if _, ok := m.qemu.Find(marker); ok {
+		if l, ok := m.qemu.Find(marker); ok {
+			line = l
 			return poll.Success()
 		}
 		return poll.Continue("%s: console does not show %q yet", m.name, marker)
 	}, poll.WithTimeout(timeout), poll.WithDelay(200*time.Millisecond))
+	return line
 }
 
 // TestHungTrialEndsByTheWatchdog: a trial boot whose liken-node never
 // starts hangs as far as liken is concerned; the watchdog liken-boot armed
-// resets the machine, and GRUB boots the proven slot.
+// with what is left of the Cluster's trial timeout (longer than its own
+// first 180 s, so a slow boot is not cut short) resets the machine, and
+// GRUB boots the proven slot.
 func TestHungTrialEndsByTheWatchdog(t *testing.T) {
-	l, m, r1 := oneMachine(t, 10*time.Minute)
+	l, m, r1 := oneMachine(t, 5*time.Minute)
 	hung := l.variant("2026.12.01-002", func(root string) {
 		assert.NilError(t, os.Remove(filepath.Join(root, "etc/systemd/system/multi-user.target.wants/liken-node.service")))
 	})
 	l.moveTo(hung)
 	m.waitConsole("liken-boot: booting slot B (trial true)", 10*time.Minute)
+	began := time.Now()
+	line := m.waitConsole(watchdogArmed, 2*time.Minute)
 	armed := time.Now()
-	m.waitConsole("liken-boot: booting slot A (trial false)", 6*time.Minute)
-	t.Logf("vm-1: the watchdog reset the hung trial %s after the trial boot began", time.Since(armed).Round(time.Second))
+	within, _, _ := strings.Cut(strings.TrimSpace(line[strings.Index(line, watchdogArmed)+len(watchdogArmed):]), " ")
+	timeout, err := time.ParseDuration(within)
+	assert.NilError(t, err, "%q", line)
+	assert.Check(t, is.Contains(line, "(what is left of the trial timeout of 5m0s)"))
+	assert.Assert(t, timeout > watchdog.InitTimeout && timeout <= 5*time.Minute, "%s", line)
+	m.waitConsole("liken-boot: booting slot A (trial false)", timeout+3*time.Minute)
+	// Not before the watchdog was due (the console's timing is coarse).
+	assert.Assert(t, time.Since(armed) > timeout-15*time.Second, "reset %s after the watchdog was armed for %s", time.Since(armed), timeout)
+	t.Logf("vm-1: the watchdog reset the hung trial %s after the trial boot began (armed for %s)", time.Since(began).Round(time.Second), timeout)
 	t.Logf("vm-1: reports %q", m.waitTrialFailed(r1.Version, 5*time.Minute))
 }
 

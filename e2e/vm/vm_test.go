@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -355,6 +356,10 @@ func fleetSize(t *testing.T) int {
 // machine at a time, each drain evicting its pods; then a release whose
 // init panics falls back to the proven slot with no help, on the one
 // machine that tried it, and the rollout halts. With one machine (make
+// watchdogArmed starts the console line of a trial boot's init that says
+// how long the watchdog gives liken-node.
+const watchdogArmed = "liken-boot: watchdog armed: liken-node must feed it within"
+
 // test) it moves A to B only.
 func TestUpgradeThroughRealReboots(t *testing.T) {
 	l := newLab(t)
@@ -407,6 +412,11 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 		for _, m := range ms {
 			_, ok := m.qemu.Find(fmt.Sprintf("liken-boot: booting slot %s (trial true)", step.slot))
 			assert.Assert(t, ok, "%s did not boot a trial of slot %s", m.name, step.slot)
+			// The trial's watchdog is armed with the Cluster's trial
+			// timeout (the default 10 minutes), not the init's first 180 s.
+			armed, ok := m.qemu.Find(watchdogArmed)
+			assert.Assert(t, ok, "%s: the trial boot's init did not arm the watchdog", m.name)
+			assert.Check(t, is.Contains(armed, "(what is left of the trial timeout of 10m0s)"), "%s", m.name)
 		}
 	}
 

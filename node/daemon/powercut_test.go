@@ -59,6 +59,28 @@ func TestCommitInterruptedAfterTheBootLoader(t *testing.T) {
 	assert.Equal(t, m.Status.Staged, v3)
 }
 
+// TestTrialRecordArmsTheInitsWatchdog: the trial record the turn writes
+// before the reboot is what the trial boot's init reads to arm its
+// watchdog (node/watchdog.ForTrial): the Cluster's trialTimeout, counted
+// from the arming, not the init's fixed first timeout.
+func TestTrialRecordArmsTheInitsWatchdog(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Version = v2
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 7 * time.Minute}
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.grant()
+	waitExit(t, r)
+
+	b, err := os.ReadFile(filepath.Join(e.m.Root, daemon.StateFile))
+	assert.NilError(t, err)
+	timeout, why := watchdog.ForTrial(b, time.Now())
+	assert.Assert(t, timeout > 6*time.Minute+50*time.Second && timeout <= 7*time.Minute, "%s (%s)", timeout, why)
+	assert.Equal(t, why, "what is left of the trial timeout of 7m0s")
+}
+
 // TestPowerCutBetweenTrialRecordAndFlag: the turn wrote its trial record
 // and the power failed while the flag was written (only the backup copy of
 // the boot state armed). No trial boot happened: the next boot reports no

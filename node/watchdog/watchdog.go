@@ -14,12 +14,6 @@ import (
 // softdog when the machine has none).
 const DefaultDevice = "/dev/watchdog"
 
-// TrialTimeout is the timeout the init arms before a trial boot's
-// liken-node starts: long enough for the system and liken-node to start
-// and open the device, short enough that a hang is ended well within a
-// trial timeout.
-const TrialTimeout = 120 * time.Second
-
 // Watchdog is an armed watchdog: the machine resets unless it is fed
 // within its timeout.
 type Watchdog interface {

@@ -4,9 +4,10 @@
 //
 //  1. load the kernel modules the archive lists (the disk, its file
 //     systems, squashfs, loop, overlay and the watchdog);
-//  2. on a trial boot (liken.trial=1), arm the watchdog: from here on a
-//     hang anywhere (kernel, service manager, liken-node) resets the
-//     machine, and GRUB boots the proven slot;
+//  2. on a trial boot (liken.trial=1), arm the watchdog for
+//     watchdog.InitTimeout: from here on a hang anywhere (kernel, service
+//     manager, liken-node) resets the machine, and GRUB boots the proven
+//     slot;
 //  3. find the partitions by their labels (liken-boot, liken-layer,
 //     liken-slots) and mount the slot store;
 //  4. mount slots/<slot>/rootfs.squashfs through a read-only loop device
@@ -15,7 +16,10 @@
 //     /var/lib/liken, with kubelet's and containerd's state in it, the
 //     boot partition at /boot, the layer partition read-only at
 //     /var/lib/liken-layer;
-//  5. switch to the new root and run /sbin/init.
+//  5. on a trial boot, re-arm the watchdog with what is left of the
+//     Cluster's trial timeout, read from liken-node's trial record in the
+//     slot store (watchdog.ForTrial);
+//  6. switch to the new root and run /sbin/init.
 //
 // Any failure ends the init, so the kernel panics and, with panic=N on the
 // command line, reboots: a trial slot that cannot boot falls back to the
@@ -35,6 +39,7 @@ import (
 
 	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/watchdog"
 )
 
 // Partition labels, as liken install writes them.
@@ -44,13 +49,12 @@ const (
 	slotsLabel = "liken-slots"
 )
 
+// daemonState is liken-node's state file in the slot store (node/daemon's
+// StateFile), which holds the trial record.
+const daemonState = "state/daemon.json"
+
 // newRoot is where the slot's root is assembled before the switch.
 const newRoot = "/root"
-
-// trialWatchdog is how long a trial boot may go without liken-node feeding
-// the watchdog: long enough for the slowest boot measured under software
-// emulation to reach liken-node, which then feeds it.
-const trialWatchdog = 180 * time.Second
 
 // persistent are folders of the new root kept on the slot store, so they
 // survive a reboot: the node agent's state and identity.
@@ -97,10 +101,10 @@ func run() error {
 		return fmt.Errorf("loading kernel modules: %w", err)
 	}
 	if trial {
-		if err := armWatchdog(trialWatchdog); err != nil {
+		if err := armWatchdog(watchdog.InitTimeout); err != nil {
 			return fmt.Errorf("arming the watchdog for the trial: %w", err)
 		}
-		say("watchdog armed: liken-node must feed it within %s", trialWatchdog)
+		say("watchdog armed for %s while the disk is mounted", watchdog.InitTimeout)
 	}
 	parts, err := findPartitions(30*time.Second, bootLabel, layerLabel, slotsLabel)
 	if err != nil {
@@ -109,22 +113,30 @@ func run() error {
 	if err := assemble(slot, parts); err != nil {
 		return err
 	}
+	if trial {
+		state, err := os.ReadFile(filepath.Join(newRoot, "var/lib/liken", daemonState))
+		timeout, why := watchdog.ForTrial(state, time.Now())
+		if err != nil {
+			why = fmt.Sprintf("liken-node's state cannot be read (%v); keeping %s", err, watchdog.InitTimeout)
+		}
+		if err := armWatchdog(timeout); err != nil {
+			return fmt.Errorf("re-arming the watchdog for the trial: %w", err)
+		}
+		say("watchdog armed: liken-node must feed it within %s (%s)", timeout, why)
+	}
 	say("root of slot %s mounted in %s; starting /sbin/init", slot, time.Since(start).Round(time.Millisecond))
 	return switchRoot()
 }
 
-// armWatchdog opens the watchdog, sets its timeout and closes it without
-// the magic character: it stays armed until liken-node feeds it.
+// armWatchdog opens the watchdog, sets its timeout, feeds it and closes it
+// without the magic character: it stays armed until liken-node feeds it.
 func armWatchdog(timeout time.Duration) error {
-	f, err := os.OpenFile("/dev/watchdog", os.O_WRONLY, 0)
-	if err != nil {
-		return err
+	wd, err := watchdog.Open(watchdog.DefaultDevice, timeout)
+	if wd != nil {
+		if cerr := wd.Close(); err == nil {
+			err = cerr
+		}
 	}
-	defer f.Close()
-	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.WDIOC_SETTIMEOUT, int(timeout/time.Second)); err != nil {
-		return fmt.Errorf("setting its timeout: %w", err)
-	}
-	_, err = unix.IoctlGetInt(int(f.Fd()), unix.WDIOC_KEEPALIVE)
 	return err
 }
 
