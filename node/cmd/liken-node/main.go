@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,10 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/internal/command"
 	"liken.sh/liken/internal/sdnotify"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
@@ -54,11 +53,7 @@ func run() int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	for _, name := range []string{"v", "vmodule"} {
-		root.PersistentFlags().AddGoFlag(klogFlags.Lookup(name))
-	}
+	command.AddKlogFlags(root.PersistentFlags())
 
 	var f runFlags
 	exit := 0
@@ -131,13 +126,10 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 			return err
 		}
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := command.RESTConfig(f.kubeconfig, "liken-node/"+version.Version)
 	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
+		return err
 	}
-	cfg.UserAgent = "liken-node/" + version.Version
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -201,11 +193,10 @@ func joinCluster(ctx context.Context, f runFlags) error {
 	if f.kubeconfig == "" {
 		return errors.New("--bootstrap-kubeconfig needs --kubeconfig: the file the machine's own credentials go to")
 	}
-	boot, err := clientcmd.BuildConfigFromFlags("", f.bootstrap)
+	boot, err := command.RESTConfig(f.bootstrap, "liken-node/"+version.Version)
 	if err != nil {
-		return fmt.Errorf("loading the bootstrap kubeconfig: %w", err)
+		return fmt.Errorf("--bootstrap-kubeconfig: %w", err)
 	}
-	boot.UserAgent = "liken-node/" + version.Version
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
 	return join.Join(ctx, join.Options{Machine: f.machine, Bootstrap: boot, Kubeconfig: f.kubeconfig})
