@@ -37,6 +37,7 @@ import (
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/image"
 	"liken.sh/liken/internal/qemu"
+	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/boot/diskimage"
 )
 
@@ -309,6 +310,45 @@ func (l *lab) workload(machines int) {
 	l.waitWorkloadAvailable(5 * time.Minute)
 }
 
+// runOperatorImage runs cluster-operator's preloaded image on machine m
+// under the pod template of its Deployment in manifests/ (its service
+// account, user and security context), with --version instead of its
+// flags, and checks the binary ran: the image the OS image preloads is the
+// one the Deployment names, and it starts with no registry.
+func (l *lab) runOperatorImage(m *vm) {
+	ctx := context.Background()
+	d, err := manifests.OperatorDeployment()
+	assert.NilError(l.t, err)
+	spec := d.Spec.Template.Spec.DeepCopy()
+	spec.NodeName = m.name
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	c := &spec.Containers[0]
+	c.Args = []string{"--version"}
+	c.LivenessProbe, c.ReadinessProbe = nil, nil
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "operator-image", Namespace: d.Namespace}, Spec: *spec}
+	_, err = l.kube.CoreV1().Pods(d.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	assert.NilError(l.t, err)
+	poll.WaitOn(l.t, func(poll.LogT) poll.Result {
+		p, err := l.kube.CoreV1().Pods(d.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Error(err)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && w.Reason != "ContainerCreating" {
+				return poll.Error(fmt.Errorf("%s on %s: %s: %s", c.Image, m.name, w.Reason, w.Message))
+			}
+			if x := cs.State.Terminated; x != nil {
+				if x.ExitCode != 0 {
+					return poll.Error(fmt.Errorf("%s on %s exited %d: %s %s", c.Image, m.name, x.ExitCode, x.Reason, x.Message))
+				}
+				return poll.Success()
+			}
+		}
+		return poll.Continue("%s on %s: pod %s", c.Image, m.name, p.Status.Phase)
+	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(time.Second))
+	assert.NilError(l.t, l.kube.CoreV1().Pods(d.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}))
+}
+
 // waitWorkloadAvailable waits until every replica of the workload is
 // available.
 func (l *lab) waitWorkloadAvailable(timeout time.Duration) {
@@ -350,16 +390,16 @@ func fleetSize(t *testing.T) int {
 	return n
 }
 
+// watchdogArmed starts the console line of a trial boot's init that says
+// how long the watchdog gives liken-node.
+const watchdogArmed = "liken-boot: watchdog armed: liken-node must feed it within"
+
 // TestUpgradeThroughRealReboots: a fleet of virtual machines joins (TLS
 // bootstrap, NodeRestriction), runs pods under a PodDisruptionBudget, and
 // moves from A to B and back to A through real GRUB and real reboots, one
 // machine at a time, each drain evicting its pods; then a release whose
 // init panics falls back to the proven slot with no help, on the one
 // machine that tried it, and the rollout halts. With one machine (make
-// watchdogArmed starts the console line of a trial boot's init that says
-// how long the watchdog gives liken-node.
-const watchdogArmed = "liken-boot: watchdog armed: liken-node must feed it within"
-
 // test) it moves A to B only.
 func TestUpgradeThroughRealReboots(t *testing.T) {
 	l := newLab(t)
@@ -386,6 +426,11 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 	start := time.Now()
 	l.workload(len(ms))
 	t.Logf("workload available %s after it was created", time.Since(start).Round(time.Second))
+	// cluster-operator's Deployment can run on a liken machine with no
+	// registry: its image is preloaded.
+	start = time.Now()
+	l.runOperatorImage(ms[0])
+	t.Logf("%s: cluster-operator's preloaded image ran under its Deployment's pod template in %s", ms[0].name, time.Since(start).Round(time.Second))
 	l.startOperator()
 
 	steps := []struct{ version, slot string }{{"2026.12.01-002", "B"}, {"2026.12.01-003", "A"}}

@@ -33,6 +33,7 @@ import (
 	"liken.sh/liken/image"
 	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/image/oci"
+	"liken.sh/liken/manifests"
 )
 
 // Versions of what goes into the image. kubelet is the version the
@@ -300,7 +301,7 @@ func (b *builder) runc(out string) error {
 func (b *builder) ownBinaries() (map[string]string, error) {
 	dir := filepath.Join(b.cache, "liken")
 	bins := map[string]string{}
-	b.step("Building liken-node, liken-boot, pause and workload")
+	b.step("Building liken-node, liken-boot, cluster-operator, pause and workload")
 	version, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
 	b.likenVersion = strings.TrimSpace(string(version))
 	ldflags := "-X liken.sh/liken/version.Version=" + b.likenVersion
@@ -310,6 +311,7 @@ func (b *builder) ownBinaries() (map[string]string, error) {
 	}{
 		{"liken-node", "./node/cmd/liken-node", false},
 		{"liken-boot", "./node/cmd/liken-boot", true},
+		{"cluster-operator", "./controllers/cmd/cluster-operator", true},
 		{"pause", "./image/containers/pause", true},
 		{"workload", "./image/containers/workload", true},
 	} {
@@ -420,8 +422,16 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		return err
 	}
-	for _, img := range []struct{ name, file, bin string }{
-		{pauseImage, "pause.tar", own["pause"]}, {workloadImage, "workload.tar", own["workload"]},
+	operator, err := manifests.OperatorDeployment()
+	if err != nil {
+		return err
+	}
+	for _, img := range []struct{ name, file, bin, user string }{
+		{pauseImage, "pause.tar", own["pause"], ""},
+		{workloadImage, "workload.tar", own["workload"], ""},
+		// The name manifests/ gives it; a user that is not root, as its
+		// Deployment requires.
+		{operator.Spec.Template.Spec.Containers[0].Image, "cluster-operator.tar", own["cluster-operator"], "65532:65532"},
 	} {
 		bin, err := os.ReadFile(img.bin)
 		if err != nil {
@@ -432,7 +442,7 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 			return err
 		}
 		entry := "/" + filepath.Base(img.bin)
-		werr := oci.Image{Name: img.name, Files: map[string][]byte{entry[1:]: bin}, Entrypoint: []string{entry}}.Write(f)
+		werr := oci.Image{Name: img.name, Files: map[string][]byte{entry[1:]: bin}, Entrypoint: []string{entry}, User: img.user}.Write(f)
 		if err := errors.Join(werr, f.Close()); err != nil {
 			return err
 		}

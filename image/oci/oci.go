@@ -28,6 +28,9 @@ type Image struct {
 	Files map[string][]byte
 	// Entrypoint is the command the container runs.
 	Entrypoint []string
+	// User is the user the container runs as, such as "65532:65532"
+	// (empty: root). A pod that must not run as root needs a numeric one.
+	User string
 }
 
 type descriptor struct {
@@ -67,7 +70,7 @@ func (img Image) Write(w io.Writer) error {
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": img.Entrypoint},
+		"config":       imageConfig(img),
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{digest(layer.Bytes())}},
 	})
 	if err != nil {
@@ -122,6 +125,15 @@ func (img Image) Write(w io.Writer) error {
 		}
 	}
 	return tw.Close()
+}
+
+// imageConfig is the image configuration's config object.
+func imageConfig(img Image) map[string]any {
+	c := map[string]any{"Entrypoint": img.Entrypoint}
+	if img.User != "" {
+		c["User"] = img.User
+	}
+	return c
 }
 
 func blob(b []byte) string {

@@ -15,7 +15,7 @@ import (
 // descriptor's digest and size match the blob it points at.
 func TestWriteImportableLayout(t *testing.T) {
 	var buf bytes.Buffer
-	img := Image{Name: "liken.sh/pause:3.10", Files: map[string][]byte{"pause": []byte("binary")}, Entrypoint: []string{"/pause"}}
+	img := Image{Name: "liken.sh/pause:3.10", Files: map[string][]byte{"pause": []byte("binary")}, Entrypoint: []string{"/pause"}, User: "65532:65532"}
 	assert.NilError(t, img.Write(&buf))
 
 	files := map[string][]byte{}
@@ -58,13 +58,17 @@ func TestWriteImportableLayout(t *testing.T) {
 	}
 	assert.NilError(t, json.Unmarshal(blob(index.Manifests[0]), &manifest))
 	var config struct {
-		Config struct{ Entrypoint []string }
+		Config struct {
+			Entrypoint []string
+			User       string
+		}
 		RootFS struct {
 			DiffIDs []string `json:"diff_ids"`
 		}
 	}
 	assert.NilError(t, json.Unmarshal(blob(manifest.Config), &config))
 	assert.DeepEqual(t, config.Config.Entrypoint, []string{"/pause"})
+	assert.Equal(t, config.Config.User, "65532:65532")
 	assert.Equal(t, len(manifest.Layers), 1)
 	layer := blob(manifest.Layers[0])
 	assert.DeepEqual(t, config.RootFS.DiffIDs, []string{manifest.Layers[0].Digest})
