@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
@@ -47,9 +49,14 @@ func (f FenceFunc) Confirm(ctx context.Context, what string) error { return f(ct
 // Always is a Fence that always confirms (for tests and single-copy use).
 var Always Fence = FenceFunc(func(context.Context, string) error { return nil })
 
-// LeaseFence reads the election Lease from the API server (never from a
-// cache) and confirms that it names this copy and that this copy's last
-// renewal, on its own clock, is younger than the lease duration.
+// LeaseFence confirms that this copy still holds the election Lease. When
+// this copy renewed the Lease itself recently enough (Renewals, on its own
+// clock), it confirms with no request: no other copy can take a Lease
+// before it has seen it unrenewed for the lease duration, counted from
+// when it read the renewal, which was after the renewal started. Otherwise
+// it reads the Lease from the API server (never from a cache) and confirms
+// that it names this copy and that its last renewal, on this copy's clock,
+// is younger than the lease duration.
 type LeaseFence struct {
 	Leases        coordinationv1client.LeasesGetter
 	Namespace     string
@@ -57,13 +64,29 @@ type LeaseFence struct {
 	Identity      string
 	LeaseDuration time.Duration
 	Clock         clock.PassiveClock
+	// Renewals, when set, tells when this copy's last renewal that
+	// succeeded started.
+	Renewals interface{ Renewed() time.Time }
 	// OnLost is called when the fence finds the lease held by another
 	// copy, with the write it stopped.
 	OnLost func(what string)
 }
 
+// RenewalMargin is how much of the lease duration the fence leaves
+// between this copy's own last renewal and the write it confirms: a
+// renewal younger than the lease duration minus this margin confirms with
+// no request. The margin covers the time from the confirmation to the
+// write reaching the API server (a process paused longer than that in
+// between is beyond any fence that is not checked by the API server).
+const RenewalMargin = 5 * time.Second
+
 // Confirm implements Fence.
 func (f *LeaseFence) Confirm(ctx context.Context, what string) error {
+	if f.Renewals != nil {
+		if r := f.Renewals.Renewed(); !r.IsZero() && f.Clock.Since(r) < f.LeaseDuration-RenewalMargin {
+			return nil
+		}
+	}
 	l, err := f.Leases.Leases(f.Namespace).Get(ctx, f.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: lease %s/%s is gone", ErrNotLeader, f.Namespace, f.Name)
@@ -85,6 +108,56 @@ func (f *LeaseFence) Confirm(ctx context.Context, what string) error {
 		return fmt.Errorf("%w: this copy's last renewal of %s/%s is older than %s", ErrNotLeader, f.Namespace, f.Name, f.LeaseDuration)
 	}
 	return nil
+}
+
+// RenewalTracker wraps the leader election's lock and remembers when the
+// last write of the lock by this copy (an acquisition or a renewal) that
+// succeeded started, for LeaseFence.Renewals. The start, not the end: the
+// API server stored the renewal at some moment after it.
+type RenewalTracker struct {
+	resourcelock.Interface
+	// Clock must carry a monotonic reading (the real clock does), so that
+	// a change of the wall clock does not make an old renewal look young.
+	Clock clock.PassiveClock
+
+	mu      sync.Mutex
+	renewed time.Time
+}
+
+// Create implements resourcelock.Interface.
+func (t *RenewalTracker) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	start := t.Clock.Now()
+	err := t.Interface.Create(ctx, ler)
+	t.record(start, ler, err)
+	return err
+}
+
+// Update implements resourcelock.Interface.
+func (t *RenewalTracker) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	start := t.Clock.Now()
+	err := t.Interface.Update(ctx, ler)
+	t.record(start, ler, err)
+	return err
+}
+
+func (t *RenewalTracker) record(start time.Time, ler resourcelock.LeaderElectionRecord, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err == nil && ler.HolderIdentity == t.Identity() {
+		t.renewed = start
+	} else {
+		// A failed write, or a write that gives the lock up: whatever
+		// the Lease holds now, it is not this copy's fresh renewal.
+		t.renewed = time.Time{}
+	}
+}
+
+// Renewed returns when the last write that kept the lock for this copy
+// started; zero when the last write failed or gave it up.
+func (t *RenewalTracker) Renewed() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.renewed
 }
 
 // Release gives up the election Lease namespace/name when this copy shuts

@@ -137,12 +137,16 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 		exit(ExitLostLease)
 	}
 	var lostOnce sync.Once
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
+	lock := &leadership.RenewalTracker{
+		Interface: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: likenv1.SystemNamespace, Name: likenv1.OperatorLeaseName},
 			Client:     kube.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
 		},
+		Clock: clk,
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          lock,
 		LeaseDuration: LeaseDuration,
 		RenewDeadline: RenewDeadline,
 		RetryPeriod:   RetryPeriod,
@@ -162,7 +166,7 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 					Since:    clk.Now(),
 					Fence: &leadership.LeaseFence{
 						Leases: kube.CoordinationV1(), Namespace: likenv1.SystemNamespace, Name: likenv1.OperatorLeaseName,
-						Identity: o.Identity, LeaseDuration: LeaseDuration, Clock: clk,
+						Identity: o.Identity, LeaseDuration: LeaseDuration, Clock: clk, Renewals: lock,
 						OnLost: func(what string) {
 							lostOnce.Do(func() { lost("the fence found the lease held by another copy before " + what) })
 						},
