@@ -31,7 +31,8 @@ const maxConflictRetries = 5
 
 // NewApproveCommand returns liken approve-reboot.
 func NewApproveCommand(flags *kube.Flags) *cobra.Command {
-	return &cobra.Command{
+	answer := AnswerWait
+	cmd := &cobra.Command{
 		Use:   "approve-reboot CLUSTER MACHINE",
 		Short: "Approve the reboot a Manual machine is waiting for",
 		Long: `Approve exactly the change a machine has staged (a release, configuration
@@ -43,9 +44,17 @@ covers the change staged now; if the machine stages something else later,
 it asks again. After the approval the machine still waits for its turn
 under the cluster's disruption budget, and for one of the cluster's
 maintenance windows when it declares any (the command says when the next
-opens), then cordons and drains its node before it reboots.`,
+opens), then cordons and drains its node before it reboots.
+
+After the approval the command waits for cluster-operator's answer (up to
+--wait) and prints it: the turns held, and what cluster-operator says
+about the machines that wait, such as workers waiting for a leader that
+waits for its own approval.`,
 		Example: `  # Approve the staged release on node-4 of mycluster
   liken approve-reboot mycluster node-4
+
+  # Approve without waiting for cluster-operator's answer
+  liken approve-reboot mycluster node-5 --wait=0
 
   # List the machines that wait for approval
   kubectl get machines -o wide`,
@@ -56,9 +65,11 @@ opens), then cordons and drains its node before it reboots.`,
 			if err != nil {
 				return err
 			}
-			return Approve(cmd.Context(), c, clock.RealClock{}, AnswerWait, args[0], args[1], cmd.OutOrStdout())
+			return Approve(cmd.Context(), c, clock.RealClock{}, answer, args[0], args[1], cmd.OutOrStdout())
 		},
 	}
+	cmd.Flags().DurationVar(&answer, "wait", AnswerWait, "How long to wait for cluster-operator to answer the approval before saying where the machine stands; 0 says at once what cluster-operator said last.")
+	return cmd
 }
 
 // NewRequestCommand returns liken request-reboot.

@@ -58,9 +58,14 @@ func newStatusCommand(flags *kube.Flags) *cobra.Command {
 cluster's spec.version. Each change of a machine's step (Downloading,
 UpdatePending, Updating, Ready, ...) or version prints one line, with the
 progress of the whole cluster: machines ready out of all, and bytes
-downloaded. When the cluster declares maintenance windows, it says whether
-one is open and, when none is, when the next opens: machines download and
-stage at any time, but their turns wait for a window.
+downloaded. A staged machine's line says what it waits for: a person's
+approval (with the command to run), or a turn. Why machines wait for a
+turn is cluster-operator's to say: each time its word changes, the command
+prints it (the Cluster's Progressing message: who holds a turn, who is
+down, and whom the others wait for, such as a leader that waits for its
+own approval). When the cluster declares maintenance windows, it says
+whether one is open and, when none is, when the next opens: machines
+download and stage at any time, but their turns wait for a window.
 
 The command exits 0 when the rollout is complete, and non-zero when
 cluster-operator halts it (RolloutStalled: a machine did not come back from
