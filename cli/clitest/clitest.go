@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/rules"
 )
 
 // Version1 and Version2 are the two releases of Cluster's catalog.
@@ -62,7 +63,7 @@ func SetReady(m *v1alpha1.Machine, version string) {
 // change, waiting for approval (Manual) or for its turn (Auto or approved).
 func SetStaged(m *v1alpha1.Machine, from, target, change string) {
 	reason, msg := v1alpha1.ReasonAwaitingTurn, "waits for a reboot turn"
-	if m.Spec.RebootPolicy != v1alpha1.RebootAuto && m.Annotations[v1alpha1.AnnotationApprovedChange] != change {
+	if !rules.Cleared(m, change) {
 		reason, msg = v1alpha1.ReasonAwaitingApproval, "waits for approval: liken approve-reboot "+m.Spec.Cluster+" "+m.Name
 	}
 	m.Status = v1alpha1.MachineStatus{

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
@@ -21,6 +22,7 @@ import (
 	"liken.sh/liken/cli/internal/printable"
 	"liken.sh/liken/cli/kube"
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/internal/rules"
 )
 
 // maxConflictRetries bounds how often a write is retried when the Machine
@@ -29,7 +31,8 @@ const maxConflictRetries = 5
 
 // NewApproveCommand returns liken approve-reboot.
 func NewApproveCommand(flags *kube.Flags) *cobra.Command {
-	return &cobra.Command{
+	answer := AnswerWait
+	cmd := &cobra.Command{
 		Use:   "approve-reboot CLUSTER MACHINE",
 		Short: "Approve the reboot a Manual machine is waiting for",
 		Long: `Approve exactly the change a machine has staged (a release, configuration
@@ -41,9 +44,17 @@ covers the change staged now; if the machine stages something else later,
 it asks again. After the approval the machine still waits for its turn
 under the cluster's disruption budget, and for one of the cluster's
 maintenance windows when it declares any (the command says when the next
-opens), then cordons and drains its node before it reboots.`,
+opens), then cordons and drains its node before it reboots.
+
+After the approval the command waits for cluster-operator's answer (up to
+--wait) and prints it: the turns held, and what cluster-operator says
+about the machines that wait, such as workers waiting for a leader that
+waits for its own approval.`,
 		Example: `  # Approve the staged release on node-4 of mycluster
   liken approve-reboot mycluster node-4
+
+  # Approve without waiting for cluster-operator's answer
+  liken approve-reboot mycluster node-5 --wait=0
 
   # List the machines that wait for approval
   kubectl get machines -o wide`,
@@ -54,9 +65,11 @@ opens), then cordons and drains its node before it reboots.`,
 			if err != nil {
 				return err
 			}
-			return Approve(cmd.Context(), c, clock.RealClock{}, args[0], args[1], cmd.OutOrStdout())
+			return Approve(cmd.Context(), c, clock.RealClock{}, answer, args[0], args[1], cmd.OutOrStdout())
 		},
 	}
+	cmd.Flags().DurationVar(&answer, "wait", AnswerWait, "How long to wait for cluster-operator to answer the approval before saying where the machine stands; 0 says at once what cluster-operator said last.")
+	return cmd
 }
 
 // NewRequestCommand returns liken request-reboot.
@@ -150,11 +163,17 @@ func downloading(m *v1alpha1.Machine) string {
 	return s
 }
 
+// AnswerWait is how long liken approve-reboot waits for cluster-operator
+// to answer an approval before it says where the machine stands:
+// cluster-operator answers within a second when it runs.
+const AnswerWait = 10 * time.Second
+
 // Approve sets the machine's liken.sh/approved-change annotation to the
-// change it has staged, then prints what happens next, maintenance windows
-// read at clk's now. It refuses when the machine is not in the cluster or
-// does not wait for approval.
-func Approve(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, clusterName, machineName string, out io.Writer) error {
+// change it has staged, then prints what happens next: the machine's turn
+// as cluster-operator answers it (waiting up to within for that answer) and,
+// read at clk's now, the maintenance windows. It refuses when the machine
+// is not in the cluster or does not wait for approval.
+func Approve(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, within time.Duration, clusterName, machineName string, out io.Writer) error {
 	for attempt := 0; ; attempt++ {
 		cl, m, err := getMember(ctx, c, "approve-reboot", clusterName, machineName)
 		if err != nil {
@@ -162,7 +181,8 @@ func Approve(ctx context.Context, c versioned.Interface, clk clock.PassiveClock,
 		}
 		if fleet.Approved(m) {
 			fmt.Fprintf(out, "Machine %s was already approved for its staged change (%s).\n", m.Name, fleet.DescribeChange(m))
-			return explainNext(ctx, c, clk, cl, m, out)
+			writePlace(out, cl, m, clk.Now(), true)
+			return nil
 		}
 		pending := m.Status.Phase == v1alpha1.MachineUpdatePending || m.Status.Phase == v1alpha1.MachineRebootPending
 		if !pending || !fleet.AwaitingApproval(m) || m.Status.Change == "" {
@@ -176,7 +196,12 @@ func Approve(ctx context.Context, c versioned.Interface, clk clock.PassiveClock,
 			return kube.Explain(err, "machine "+machineName)
 		}
 		fmt.Fprintf(out, "Approved the change staged on %s: %s (change %s).\n", m.Name, fleet.DescribeChange(m), m.Status.Change)
-		return explainNext(ctx, c, clk, cl, m, out)
+		now, answered, err := awaitAnswer(ctx, c, cl, m.Name, within)
+		if err != nil {
+			return err
+		}
+		writePlace(out, now, m, clk.Now(), answered)
+		return nil
 	}
 }
 
@@ -195,62 +220,83 @@ func patchAnnotation(ctx context.Context, c versioned.Interface, m *v1alpha1.Mac
 	return err
 }
 
-// explainNext prints the machine's place under the disruption budget and
-// the maintenance windows.
-func explainNext(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, cl *v1alpha1.Cluster, m *v1alpha1.Machine, out io.Writer) error {
-	list, err := c.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return kube.Explain(err, "machines")
+// awaitAnswer waits up to within for cluster-operator to answer an approval
+// of machine in cluster before: its ledger lists the machine, or its
+// Progressing condition says something new (the machine joins the ones it
+// names as waiting). A Progressing reason that stops turns for the whole
+// cluster is an answer already. It returns the Cluster last read, and
+// whether it holds the answer.
+func awaitAnswer(ctx context.Context, c versioned.Interface, before *v1alpha1.Cluster, machine string, within time.Duration) (*v1alpha1.Cluster, bool, error) {
+	said := func(cl *v1alpha1.Cluster) string {
+		if p := fleet.Progressing(cl); p != nil {
+			return p.Reason + "\n" + p.Message
+		}
+		return ""
 	}
-	all := make([]*v1alpha1.Machine, 0, len(list.Items))
-	for i := range list.Items {
-		all = append(all, &list.Items[i])
+	if p := fleet.Progressing(before); within <= 0 || p != nil && fleet.ClusterWide(p.Reason) {
+		return before, true, nil
 	}
-	members := fleet.Members(cl.Name, all)
-	b, err := fleet.BudgetOf(cl, members, clk.Now())
-	if err != nil {
-		return err
+	last := before
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		cl, err := c.LikenV1alpha1().Clusters().Get(ctx, before.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, kube.Explain(err, "cluster "+before.Name)
+		}
+		last = cl
+		return fleet.HoldsTurn(cl, machine) != nil || said(cl) != said(before), nil
+	})
+	switch {
+	case err == nil:
+		return last, true, nil
+	case wait.Interrupted(err) && ctx.Err() == nil:
+		return last, false, nil
 	}
-	writePlace(out, cl, m, members, b)
-	return nil
+	return nil, false, err
 }
 
-// writePlace prints what happens next for m: its turn, the budget, the
-// machines ahead of it, the maintenance windows, and anything that blocks
-// granting.
-func writePlace(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine, members []*v1alpha1.Machine, b fleet.Budget) {
-	if b.HoldsTurn(m.Name) {
+// writePlace prints what happens next for m: its turn, the ledger, what
+// cluster-operator says about the cluster's turns (answered: it has seen
+// the approval), and the maintenance windows at now.
+func writePlace(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine, now time.Time, answered bool) {
+	if fleet.HoldsTurn(cl, m.Name) != nil {
 		fmt.Fprintf(out, "Next: %s holds its turn now: it cordons and drains its node, then reboots.\n", m.Name)
-	} else {
-		fmt.Fprintf(out, "Next: %s waits for a reboot turn under the disruption budget of cluster %s.\n", m.Name, cl.Name)
-		held := "none"
-		if len(b.Turns) > 0 {
-			held = strings.Join(b.Turns, ", ")
-		}
-		fmt.Fprintf(out, "  Turns held:      %d of %d (maxUnavailable %s): %s\n", len(b.Turns), b.Max, b.MaxSpec, held)
-		if len(b.Down) > 0 {
-			fmt.Fprintf(out, "  Also unavailable: %s (Lost; they count against the budget)\n", strings.Join(b.Down, ", "))
-		}
-		ahead := fleet.Ahead(m, members, b)
-		if len(ahead) == 0 {
-			fmt.Fprintf(out, "  Machines ahead:  none\n")
-		} else {
-			fmt.Fprintf(out, "  Machines ahead:  %d (%s)\n", len(ahead), strings.Join(ahead, ", "))
-		}
-		if fleet.IsLeader(m) {
-			fmt.Fprintf(out, "  %s is a leader: it waits until no other leader holds a turn or is down.\n", m.Name)
-		}
-		if why := b.Blocked(cl, fleet.StagedRelease(m)); why != "" {
-			fmt.Fprintf(out, "  Blocked:         %s\n", why)
-		} else if note := b.Window.Note(); note != "" {
-			fmt.Fprintf(out, "  Window:          %s\n", note)
-		}
-		fmt.Fprintf(out, "When its turn comes, %s cordons and drains its node, then reboots", m.Name)
-		if fleet.StagedRelease(m) && m.Status.Staged != "" {
-			fmt.Fprintf(out, " into %s as a trial and proves it", m.Status.Staged)
-		}
-		fmt.Fprintln(out, ".")
+		fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", cl.Name)
+		return
 	}
+	fmt.Fprintf(out, "Next: %s waits for a reboot turn under the disruption budget of cluster %s.\n", m.Name, cl.Name)
+	var held []string
+	for _, t := range cl.Status.RebootTurns {
+		held = append(held, t.Machine)
+	}
+	budget := "maxUnavailable 1"
+	if mu := cl.Spec.Disruption.MaxUnavailable; mu != nil {
+		budget = "maxUnavailable " + mu.String()
+	}
+	if len(held) == 0 {
+		fmt.Fprintf(out, "  Turns held:      none (%s)\n", budget)
+	} else {
+		fmt.Fprintf(out, "  Turns held:      %d (%s): %s\n", len(held), budget, strings.Join(held, ", "))
+	}
+	says := fleet.OperatorSays(cl)
+	switch {
+	case says == "":
+		fmt.Fprintf(out, "  Operator says:   nothing yet about cluster %s: is cluster-operator running? (kubectl -n liken-system get pods)\n", cl.Name)
+	case !answered:
+		fmt.Fprintf(out, "  Operator says:   (no answer to this approval yet; is cluster-operator running? kubectl -n liken-system get pods) Its last word: %s\n", says)
+	default:
+		fmt.Fprintf(out, "  Operator says:   %s\n", says)
+	}
+	if rules.IsLeader(m) {
+		fmt.Fprintf(out, "  %s is a leader: it waits until no other leader holds a turn or is down.\n", m.Name)
+	}
+	if note := fleet.WindowOf(cl, now).Note(); note != "" {
+		fmt.Fprintf(out, "  Window:          %s\n", note)
+	}
+	fmt.Fprintf(out, "When its turn comes, %s cordons and drains its node, then reboots", m.Name)
+	if fleet.StagedRelease(m) && m.Status.Staged != "" {
+		fmt.Fprintf(out, " into %s as a trial and proves it", m.Status.Staged)
+	}
+	fmt.Fprintln(out, ".")
 	fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", cl.Name)
 }
 

@@ -3,6 +3,7 @@ package reboot
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,9 +14,11 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+	k8stesting "k8s.io/client-go/testing"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/clitest"
+	"liken.sh/liken/controllers/turns"
 	"liken.sh/liken/generated/clientset/versioned/fake"
 )
 
@@ -27,6 +30,8 @@ func fixture() []runtime.Object {
 	cl := clitest.Cluster(c, "1")
 	cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: "node-2", Reason: v1alpha1.TurnRelease, Change: "c2", Leader: true, GrantedAt: clitest.Since}}
 	cl.Status.Turns = "node-2"
+	cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonGranting,
+		Message: "Holding a turn: node-2 (maxUnavailable 1). Waiting for a turn: node-3,node-5.", LastTransitionTime: clitest.Since}}
 	n1 := clitest.Machine("node-1", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
 	clitest.SetReady(n1, clitest.Version2)
 	n2 := clitest.Machine("node-2", c, v1alpha1.RoleLeader, v1alpha1.RebootAuto)
@@ -65,7 +70,7 @@ func TestRebootSaysWhenTheWindowOpens(t *testing.T) {
 	saturday := window([]string{"Sat"}, "22:00", 4*time.Hour, "Europe/Berlin")
 	c := fake.NewSimpleClientset(withWindows(fixture(), saturday)...)
 	var out bytes.Buffer
-	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
+	assert.NilError(t, Approve(context.Background(), c, clk(), 0, "mycluster", "node-4", &out))
 	golden.Assert(t, out.String(), "approve-window.golden")
 
 	out.Reset()
@@ -75,19 +80,19 @@ func TestRebootSaysWhenTheWindowOpens(t *testing.T) {
 	monday := window([]string{"Mon"}, "11:00", 2*time.Hour, "UTC")
 	c = fake.NewSimpleClientset(withWindows(fixture(), saturday, monday)...)
 	out.Reset()
-	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
+	assert.NilError(t, Approve(context.Background(), c, clk(), 0, "mycluster", "node-4", &out))
 	assert.Assert(t, is.Contains(out.String(), "  Window:          open until Mon 2026-11-30 13:00 UTC, 1h from now; a turn not granted by then waits for the next window\n"))
 
 	c = fake.NewSimpleClientset(withWindows(fixture(), window([]string{"Sat"}, "22:00", 4*time.Hour, "Berlin"))...)
 	out.Reset()
-	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
-	assert.Assert(t, is.Contains(out.String(), `  Blocked:         a maintenance window cannot be read (spec.disruption.windows[0].timeZone: Invalid value: "Berlin": unknown time zone`))
+	assert.NilError(t, Approve(context.Background(), c, clk(), 0, "mycluster", "node-4", &out))
+	assert.Assert(t, is.Contains(out.String(), `  Window:          a maintenance window cannot be read (spec.disruption.windows[0].timeZone: Invalid value: "Berlin": unknown time zone`))
 }
 
 func TestApprove(t *testing.T) {
 	c := fake.NewSimpleClientset(fixture()...)
 	var out bytes.Buffer
-	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
+	assert.NilError(t, Approve(context.Background(), c, clk(), 0, "mycluster", "node-4", &out))
 	golden.Assert(t, out.String(), "approve.golden")
 	m, err := c.LikenV1alpha1().Machines().Get(context.Background(), "node-4", metav1.GetOptions{})
 	assert.NilError(t, err)
@@ -95,18 +100,84 @@ func TestApprove(t *testing.T) {
 
 	// Approving again changes nothing and says so.
 	out.Reset()
-	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
+	assert.NilError(t, Approve(context.Background(), c, clk(), 0, "mycluster", "node-4", &out))
 	assert.Assert(t, is.Contains(out.String(), "was already approved"))
 }
 
+// A halted rollout answers every approval: approve-reboot says at once
+// what cluster-operator says.
 func TestApproveBlocked(t *testing.T) {
 	objs := fixture()
 	cl := objs[0].(*v1alpha1.Cluster)
 	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-2", Version: clitest.Version2, Since: clitest.Since}
+	cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTrialFailed,
+		Message: "The trial boot of release 2026.10.12-001 on machine node-2 failed.", LastTransitionTime: clitest.Since}}
 	c := fake.NewSimpleClientset(objs...)
 	var out bytes.Buffer
-	assert.NilError(t, Approve(context.Background(), c, clk(), "mycluster", "node-4", &out))
-	assert.Assert(t, is.Contains(out.String(), "Blocked:         the rollout is halted (TrialFailed on node-2): no turn is granted until a person resumes it with liken rollout resume mycluster"))
+	assert.NilError(t, Approve(context.Background(), c, clk(), time.Hour, "mycluster", "node-4", &out))
+	assert.Assert(t, is.Contains(out.String(), "  Operator says:   The trial boot of release 2026.10.12-001 on machine node-2 failed.\n"))
+}
+
+// ux is the lab of a person who approved a worker first: node-1, a Manual
+// leader, and the workers node-2 and node-3 have all staged release
+// Version2; nobody approved anything yet, and cluster-operator said so.
+func ux() []runtime.Object {
+	cl := clitest.Cluster("ux", "1")
+	n1 := clitest.Machine("node-1", "ux", v1alpha1.RoleLeader, v1alpha1.RebootManual)
+	n2 := clitest.Machine("node-2", "ux", v1alpha1.RoleWorker, v1alpha1.RebootManual)
+	n3 := clitest.Machine("node-3", "ux", v1alpha1.RoleWorker, v1alpha1.RebootManual)
+	objs := []runtime.Object{cl}
+	for i, m := range []*v1alpha1.Machine{n1, n2, n3} {
+		clitest.SetStaged(m, clitest.Version1, clitest.Version2, fmt.Sprintf("c%d", i+1))
+		objs = append(objs, m)
+	}
+	cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonIdle,
+		Message: "No machine holds or waits for a reboot turn.", LastTransitionTime: clitest.Since}}
+	return objs
+}
+
+// operator answers each approval the way cluster-operator does: after the
+// patch lands it takes the turn decision on what the API now holds
+// (controllers/turns.Decide) and writes the Cluster's status.
+func operator(t *testing.T, c *fake.Clientset) {
+	c.PrependReactor("patch", "machines", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := k8stesting.ObjectReaction(c.Tracker())(action)
+		if err != nil {
+			return handled, obj, err
+		}
+		cl, gerr := c.Tracker().Get(v1alpha1.SchemeGroupVersion.WithResource("clusters"), "", "ux")
+		assert.NilError(t, gerr)
+		list, gerr := c.Tracker().List(v1alpha1.SchemeGroupVersion.WithResource("machines"), v1alpha1.SchemeGroupVersion.WithKind("Machine"), "")
+		assert.NilError(t, gerr)
+		var ms []*v1alpha1.Machine
+		for i := range list.(*v1alpha1.MachineList).Items {
+			ms = append(ms, &list.(*v1alpha1.MachineList).Items[i])
+		}
+		cluster := cl.(*v1alpha1.Cluster).DeepCopy()
+		cluster.Status = turns.Decide(turns.Input{Cluster: cluster, Machines: ms, Now: clk().Now()}).Status
+		assert.NilError(t, c.Tracker().Update(v1alpha1.SchemeGroupVersion.WithResource("clusters"), cluster, ""))
+		return handled, obj, err
+	})
+}
+
+// Approving a worker while the leader waits for its own approval: the
+// command says what cluster-operator answers, that the workers wait until
+// node-1, the leader, runs the release, and that node-1 waits for its
+// approval.
+func TestApproveSaysWhatTheOperatorAnswers(t *testing.T) {
+	c := fake.NewSimpleClientset(ux()...)
+	operator(t, c)
+	var out bytes.Buffer
+	assert.NilError(t, Approve(context.Background(), c, clk(), time.Minute, "ux", "node-3", &out))
+	golden.Assert(t, out.String(), "approve-leader-first.golden")
+	assert.Assert(t, is.Contains(out.String(), "Workers update to 2026.10.12-001 after every leader runs it; leaders not on it yet: node-1 (UpdatePending, waits for `liken approve-reboot ux node-1`)."))
+
+	// Without cluster-operator, the command does not pass its last word
+	// off as an answer.
+	c = fake.NewSimpleClientset(ux()...)
+	out.Reset()
+	assert.NilError(t, Approve(context.Background(), c, clk(), 300*time.Millisecond, "ux", "node-3", &out))
+	assert.Assert(t, is.Contains(out.String(), "  Operator says:   (no answer to this approval yet; is cluster-operator running? kubectl -n liken-system get pods) Its last word: No machine holds or waits for a reboot turn.\n"))
 }
 
 func TestApproveRefuses(t *testing.T) {
@@ -149,7 +220,7 @@ func TestApproveRefuses(t *testing.T) {
 			}
 			c := fake.NewSimpleClientset(objs...)
 			var out bytes.Buffer
-			err := Approve(context.Background(), c, clk(), tc.cluster, tc.machine, &out)
+			err := Approve(context.Background(), c, clk(), 0, tc.cluster, tc.machine, &out)
 			assert.ErrorContains(t, err, tc.want)
 			assert.Equal(t, out.String(), "")
 			if m, err := c.LikenV1alpha1().Machines().Get(context.Background(), tc.machine, metav1.GetOptions{}); err == nil {

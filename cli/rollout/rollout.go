@@ -58,9 +58,14 @@ func newStatusCommand(flags *kube.Flags) *cobra.Command {
 cluster's spec.version. Each change of a machine's step (Downloading,
 UpdatePending, Updating, Ready, ...) or version prints one line, with the
 progress of the whole cluster: machines ready out of all, and bytes
-downloaded. When the cluster declares maintenance windows, it says whether
-one is open and, when none is, when the next opens: machines download and
-stage at any time, but their turns wait for a window.
+downloaded. A staged machine's line says what it waits for: a person's
+approval (with the command to run), or a turn. Why machines wait for a
+turn is cluster-operator's to say: each time its word changes, the command
+prints it (the Cluster's Progressing message: who holds a turn, who is
+down, and whom the others wait for, such as a leader that waits for its
+own approval). When the cluster declares maintenance windows, it says
+whether one is open and, when none is, when the next opens: machines
+download and stage at any time, but their turns wait for a window.
 
 The command exits 0 when the rollout is complete, and non-zero when
 cluster-operator halts it (RolloutStalled: a machine did not come back from
@@ -333,13 +338,20 @@ type tracker struct {
 	// windows last printed.
 	clock  clock.PassiveClock
 	window string
+	// operator is what cluster-operator said last (Progressing's reason
+	// and message), as printed.
+	operator string
 }
 
 func newTracker(out io.Writer, clk clock.PassiveClock) *tracker {
 	return &tracker{out: out, last: map[string]step{}, clock: clk}
 }
 
-func stepOf(m *v1alpha1.Machine) step {
+// stepOf is the step of machine m of cluster cl. Why a staged machine
+// waits comes from the machine (its conditions, its approval) and from
+// cluster-operator (its ledger); what holds back the machines that wait for
+// a turn, cluster-operator says in one line for them all (showOperator).
+func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 	s := step{phase: m.Status.Phase, version: m.Status.Version}
 	switch {
 	case m.Status.Download != nil && m.Status.Download.Version != "":
@@ -356,8 +368,15 @@ func stepOf(m *v1alpha1.Machine) step {
 			break
 		}
 	}
-	if s.note == "" && fleet.AwaitingApproval(m) && !fleet.Approved(m) {
+	staged := m.Status.Phase == v1alpha1.MachineUpdatePending || m.Status.Phase == v1alpha1.MachineRebootPending
+	switch {
+	case s.note != "" || !staged:
+	case fleet.HoldsTurn(cl, m.Name) != nil:
+		s.note = "holds its turn: it cordons and drains its node next"
+	case fleet.AwaitingApproval(m) && !fleet.Approved(m):
 		s.note = "awaiting approval: liken approve-reboot " + m.Spec.Cluster + " " + m.Name
+	case fleet.AwaitingTurn(m) || fleet.Approved(m):
+		s.note = "waiting for a turn: see what cluster-operator says"
 	}
 	return s
 }
@@ -399,7 +418,7 @@ func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bo
 	seen := map[string]bool{}
 	for _, m := range members {
 		seen[m.Name] = true
-		s := stepOf(m)
+		s := stepOf(m, cl)
 		if prev, ok := t.last[m.Name]; ok && prev == s {
 			continue
 		}
@@ -447,8 +466,28 @@ func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bo
 		fmt.Fprintf(t.out, "Rollout of cluster %s to %s complete: %d/%d machines ready.\n", cl.Name, want, t.ready, t.total)
 		return true, nil
 	}
+	t.showOperator(cl)
 	t.showWindow(cl)
 	return false, nil
+}
+
+// showOperator prints what cluster-operator says about the cluster's
+// turns (its Progressing condition) each time that changes: who holds a
+// turn, who waits, and what holds them back. It prints nothing while no
+// machine holds or waits for a turn.
+func (t *tracker) showOperator(cl *v1alpha1.Cluster) {
+	p := fleet.Progressing(cl)
+	key := ""
+	if p != nil && p.Reason != v1alpha1.ReasonIdle {
+		key = p.Reason + "\n" + p.Message
+	}
+	if key == t.operator {
+		return
+	}
+	t.operator = key
+	if key != "" {
+		fmt.Fprintf(t.out, "cluster-operator on cluster %s (%s): %s\n", cl.Name, printable.Text(p.Reason), fleet.OperatorSays(cl))
+	}
 }
 
 // showWindow prints where the cluster stands against its maintenance

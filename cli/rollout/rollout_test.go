@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/clitest"
+	"liken.sh/liken/controllers/turns"
 	"liken.sh/liken/generated/clientset/versioned/fake"
 )
 
@@ -54,22 +56,43 @@ func rolloutSteps() (*v1alpha1.Cluster, []*v1alpha1.Machine, []func()) {
 		m.Status.Slot = "B"
 		cl.Status.RebootTurns = nil
 	}
+	// says sets cluster-operator's word, the Progressing condition.
+	says := func(reason, msg string) {
+		cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: msg, LastTransitionTime: clitest.Since}}
+	}
+	const order = " Workers update to 2026.10.12-001 after every leader runs it; leaders not on it yet: node-1"
 	steps := []func(){
-		func() {},
+		func() { says(v1alpha1.ReasonIdle, "No machine holds or waits for a reboot turn.") },
 		func() { download(ms[0], 0); download(ms[1], 0); download(ms[2], 0) },
 		func() { ms[0].Status.Download.BytesDone = 100 << 20 }, // progress alone prints nothing
-		func() { stage(ms[0]); download(ms[1], 300<<20); download(ms[2], 150<<20) },
-		func() { stage(ms[1]); stage(ms[2]) },
-		func() { turn(ms[0]) },
+		func() {
+			stage(ms[0])
+			download(ms[1], 300<<20)
+			download(ms[2], 150<<20)
+			says(v1alpha1.ReasonGranting, "Waiting for a turn: node-1.")
+		},
+		func() {
+			stage(ms[1])
+			stage(ms[2])
+			says(v1alpha1.ReasonGranting, "Waiting for a turn: node-1,node-2,node-3."+order+" (UpdatePending).")
+		},
+		func() {
+			turn(ms[0])
+			says(v1alpha1.ReasonGranting, "Holding a turn: node-1 (maxUnavailable 1). Waiting for a turn: node-2,node-3."+order+" (Updating).")
+		},
 		func() {
 			ms[1].Status.Conditions = append(ms[1].Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDrainBlocked, Status: metav1.ConditionTrue,
 				Reason: "PodDisruptionBudget", Message: "pod shop/web-1 is protected by PodDisruptionBudget shop/web", LastTransitionTime: clitest.Since})
 		},
-		func() { done(ms[0]) },
-		func() { turn(ms[1]); ms[1].Status.Conditions = ms[1].Status.Conditions[:2] },
+		func() { done(ms[0]); says(v1alpha1.ReasonGranting, "Waiting for a turn: node-2,node-3.") },
+		func() {
+			turn(ms[1])
+			ms[1].Status.Conditions = ms[1].Status.Conditions[:2]
+			says(v1alpha1.ReasonGranting, "Holding a turn: node-2 (maxUnavailable 1). Waiting for a turn: node-3.")
+		},
 		func() { done(ms[1]) },
-		func() { turn(ms[2]) },
-		func() { done(ms[2]) },
+		func() { turn(ms[2]); says(v1alpha1.ReasonGranting, "Holding a turn: node-3 (maxUnavailable 1).") },
+		func() { done(ms[2]); says(v1alpha1.ReasonIdle, "No machine holds or waits for a reboot turn.") },
 		func() { cl.Status.Phase = v1alpha1.ClusterReady },
 	}
 	return cl, ms, steps
@@ -274,4 +297,36 @@ func TestResumeAfterAFailedTrial(t *testing.T) {
 	var out bytes.Buffer
 	assert.NilError(t, Resume(ctx, c, clk, "lab", &out))
 	golden.Assert(t, out.String(), "resume-trial-failed.golden")
+}
+
+// A Manual leader (node-1) and two workers have all staged the release;
+// a person approved node-3 only. liken rollout status says what
+// cluster-operator decided (controllers/turns.Decide on the same objects):
+// node-3 waits for node-1, the leader, to run the release, and node-1 for
+// its own approval.
+func TestStatusSaysWhyMachinesWait(t *testing.T) {
+	cl := clitest.Cluster("ux", "1")
+	var ms []*v1alpha1.Machine
+	objs := []runtime.Object{cl}
+	for i, n := range []string{"node-1", "node-2", "node-3"} {
+		role := v1alpha1.RoleWorker
+		if n == "node-1" {
+			role = v1alpha1.RoleLeader
+		}
+		m := clitest.Machine(n, "ux", role, v1alpha1.RebootManual)
+		change := fmt.Sprintf("c%d", i+1)
+		if n == "node-3" {
+			m.Annotations = map[string]string{v1alpha1.AnnotationApprovedChange: change}
+		}
+		clitest.SetStaged(m, clitest.Version1, clitest.Version2, change)
+		ms = append(ms, m)
+		objs = append(objs, m)
+	}
+	cl.Status = turns.Decide(turns.Input{Cluster: cl, Machines: ms, Now: clitest.Since.Time}).Status
+	c := fake.NewSimpleClientset(objs...)
+	var out bytes.Buffer
+	assert.NilError(t, Status(context.Background(), c, StatusOptions{Cluster: "ux"}, &out))
+	golden.Assert(t, out.String(), "status-leader-first.golden")
+	assert.Assert(t, is.Contains(out.String(), "node-3  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines 0/3]  waiting for a turn"))
+	assert.Assert(t, is.Contains(out.String(), "leaders not on it yet: node-1 (UpdatePending, waits for `liken approve-reboot ux node-1`)."))
 }

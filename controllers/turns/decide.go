@@ -13,6 +13,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
+	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/internal/window"
 )
 
@@ -254,7 +255,7 @@ func Decide(in Input) Decision {
 		return t != nil && t.Reason == likenv1.TurnRelease
 	}
 	unavailable := func(m *likenv1.Machine) bool {
-		return m.Status.Phase == likenv1.MachineLost || in.Silent[m.Name] || nodeNotReady(m, in.Nodes[m.Name])
+		return rules.Unavailable(m, in.Silent[m.Name], in.Nodes[m.Name].forBudget())
 	}
 	d.Waiting = waiting(in.Machines, func(name string) bool { return inLedger(name) || in.Silent[name] })
 	schedule, windowErrs := window.Parse(c.Spec.Disruption.Windows)
@@ -296,15 +297,15 @@ func Decide(in Input) Decision {
 		leadersBehind, workersAhead := false, false
 		for _, m := range in.Machines {
 			switch {
-			case fleet.IsLeader(m) && behind(m, c.Spec.Version, inTrial):
+			case rules.IsLeader(m) && behind(m, c.Spec.Version, inTrial):
 				leadersBehind = true
-			case !fleet.IsLeader(m) && ahead(m, c.Spec.Version, inTrial):
+			case !rules.IsLeader(m) && ahead(m, c.Spec.Version, inTrial):
 				workersAhead = true
 			}
 		}
 		leaderDownOtherThan := func(name string) bool {
 			for _, m := range in.Machines {
-				if m.Name != name && fleet.IsLeader(m) && (inLedger(m.Name) || unavailable(m)) {
+				if m.Name != name && rules.IsLeader(m) && (inLedger(m.Name) || unavailable(m)) {
 					return true
 				}
 			}
@@ -326,17 +327,17 @@ func Decide(in Input) Decision {
 			if reason == likenv1.TurnRelease && (trialHalt || m.Status.Staged != c.Spec.Version) {
 				continue
 			}
-			if reason == likenv1.TurnRelease && fleet.IsLeader(m) && workersAhead && c.Spec.Version < m.Status.Version {
+			if reason == likenv1.TurnRelease && rules.IsLeader(m) && workersAhead && c.Spec.Version < m.Status.Version {
 				continue // a downgrade: the workers first
 			}
-			if reason == likenv1.TurnRelease && !fleet.IsLeader(m) && leadersBehind && c.Spec.Version > m.Status.Version {
+			if reason == likenv1.TurnRelease && !rules.IsLeader(m) && leadersBehind && c.Spec.Version > m.Status.Version {
 				continue // an upgrade: the leaders first
 			}
-			if fleet.IsLeader(m) && leaderDownOtherThan(m.Name) {
+			if rules.IsLeader(m) && leaderDownOtherThan(m.Name) {
 				continue
 			}
 			if blocks := drainBlocks(in.Drains[m.Name], in.DisruptionsAllowed, taken); len(blocks) > 0 {
-				d.Skipped = append(d.Skipped, Skip{Machine: m.Name, Leader: fleet.IsLeader(m), Budgets: drainNote(blocks)})
+				d.Skipped = append(d.Skipped, Skip{Machine: m.Name, Leader: rules.IsLeader(m), Budgets: drainNote(blocks)})
 				continue
 			}
 			cost := 1
@@ -354,7 +355,7 @@ func Decide(in Input) Decision {
 				Machine:   m.Name,
 				Reason:    reason,
 				Change:    m.Status.Change,
-				Leader:    fleet.IsLeader(m),
+				Leader:    rules.IsLeader(m),
 				BootID:    m.Status.Observed.BootID,
 				GrantedAt: metav1.NewTime(in.Now),
 			}
@@ -553,17 +554,9 @@ func nodeBack(t likenv1.RebootTurn, node Node) bool {
 	return node.Heartbeat.After(t.GrantedAt.Time)
 }
 
-// nodeNotReady is true when machine m's Node is NotReady, or Ready only by
-// the word of an earlier boot: its kubelet reports a boot ID that is not
-// the machine's.
-func nodeNotReady(m *likenv1.Machine, node Node) bool {
-	switch {
-	case node.State == fleet.NodeNotReady:
-		return true
-	case node.State == fleet.NodeReady:
-		return node.BootID != "" && m.Status.Observed.BootID != "" && node.BootID != m.Status.Observed.BootID
-	}
-	return false
+// forBudget is what the disruption budget reads of the Node.
+func (n Node) forBudget() rules.Node {
+	return rules.Node{Joined: n.State != fleet.NodeMissing, Ready: n.State == fleet.NodeReady, BootID: n.BootID}
 }
 
 // endBeforeStart says whether the turn t of machine m, still in the boot
@@ -591,7 +584,7 @@ func endBeforeStart(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended,
 		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
 			"Took back the turn of machine %s before it started: %s", m.Name, why)}, true
 	}
-	if fleet.IsManual(m) && !fleet.Approved(m, t.Change) {
+	if !rules.Cleared(m, t.Change) {
 		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
 			"Took back the turn of machine %s before it started: its approval (annotation %s) no longer matches change %q",
 			m.Name, likenv1.AnnotationApprovedChange, t.Change)}, true
@@ -648,7 +641,7 @@ func clip(s string, n int) string {
 // silent ones: what they show is their last word, and they could not act
 // on a turn.
 func waiting(machines []*likenv1.Machine, skip func(string) bool) []*likenv1.Machine {
-	var leaders, workers []*likenv1.Machine
+	var out []*likenv1.Machine
 	for _, m := range machines {
 		if skip(m.Name) || m.Status.Change == "" {
 			continue
@@ -656,16 +649,12 @@ func waiting(machines []*likenv1.Machine, skip func(string) bool) []*likenv1.Mac
 		if m.Status.Phase != likenv1.MachineUpdatePending && m.Status.Phase != likenv1.MachineRebootPending {
 			continue
 		}
-		if fleet.IsManual(m) && !fleet.Approved(m, m.Status.Change) {
+		if !rules.Cleared(m, m.Status.Change) {
 			continue
 		}
-		if fleet.IsLeader(m) {
-			leaders = append(leaders, m)
-		} else {
-			workers = append(workers, m)
-		}
+		out = append(out, m)
 	}
-	return append(leaders, workers...)
+	return rules.GrantOrder(out)
 }
 
 // byName orders machines by name (byte order).
@@ -725,9 +714,9 @@ func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(s
 			continue
 		}
 		switch {
-		case !fleet.IsLeader(m) && version > m.Status.Version:
+		case !rules.IsLeader(m) && version > m.Status.Version:
 			upgrade = true
-		case fleet.IsLeader(m) && version < m.Status.Version:
+		case rules.IsLeader(m) && version < m.Status.Version:
 			downgrade = true
 		}
 	}
@@ -751,15 +740,15 @@ func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(s
 func blocking(machines []*likenv1.Machine, leaders bool, pending func(*likenv1.Machine) bool, inLedger func(string) bool, skipped []Skip) nameList {
 	var out nameList
 	for _, m := range machines {
-		if fleet.IsLeader(m) != leaders || !pending(m) {
+		if rules.IsLeader(m) != leaders || !pending(m) {
 			continue
 		}
 		note := string(m.Status.Phase)
 		if note == "" {
 			note = "no status yet"
 		}
-		if fleet.IsManual(m) && m.Status.Change != "" && !fleet.Approved(m, m.Status.Change) && !inLedger(m.Name) {
-			note += ", waits for `liken approve-reboot " + m.Name + "`"
+		if m.Status.Change != "" && !rules.Cleared(m, m.Status.Change) && !inLedger(m.Name) {
+			note += ", waits for `liken approve-reboot " + m.Spec.Cluster + " " + m.Name + "`"
 		}
 		if i := slices.IndexFunc(skipped, func(s Skip) bool { return s.Machine == m.Name }); i >= 0 {
 			note += ", its drain would be blocked by " + skipped[i].Budgets

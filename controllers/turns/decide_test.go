@@ -15,6 +15,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
 	tu "liken.sh/liken/controllers/internal/testutil"
+	"liken.sh/liken/internal/rules"
 )
 
 // after is the test's "now": well past the startup grace.
@@ -314,7 +315,7 @@ func TestBudget(t *testing.T) {
 				}
 				assert.Equal(t, g.Change, m.Status.Change)
 				assert.Equal(t, g.BootID, m.Status.Observed.BootID)
-				assert.Equal(t, g.Leader, fleet.IsLeader(m))
+				assert.Equal(t, g.Leader, rules.IsLeader(m))
 				assert.Equal(t, g.GrantedAt.Time, after)
 				if g.Reason == likenv1.TurnRelease {
 					assert.Equal(t, g.Version, m.Status.Staged, "a Release turn records the release it is for")
@@ -673,7 +674,7 @@ func TestWorkersWaitingBehindALeaderSayWhy(t *testing.T) {
 	d := Decide(input(c, machines, nil))
 	assert.Equal(t, len(d.Granted), 0)
 	assert.Equal(t, progressing(t, d.Status).Message, "Waiting for a turn: worker-1. Workers update to "+tu.Version2+
-		" after every leader runs it; leaders not on it yet: leader-1 (UpdatePending, waits for `liken approve-reboot leader-1`).")
+		" after every leader runs it; leaders not on it yet: leader-1 (UpdatePending, waits for `liken approve-reboot lab leader-1`).")
 
 	// Approved, the leader takes its turn; the worker still waits for it.
 	machines[0] = tu.Machine("leader-1", tu.Leader, tu.Manual, tu.WantsRelease, tu.Approve("change-leader-1"))
@@ -774,7 +775,7 @@ func TestDowngradeSaysWhy(t *testing.T) {
 	d := Decide(input(c, machines, nil))
 	assert.Equal(t, len(d.Granted), 0)
 	assert.Equal(t, progressing(t, d.Status).Message, "Waiting for a turn: l1. Leaders go back to "+tu.Version1+
-		" after every worker runs it (a downgrade goes workers first); workers not on it yet: w1 (UpdatePending, waits for `liken approve-reboot w1`).")
+		" after every worker runs it (a downgrade goes workers first); workers not on it yet: w1 (UpdatePending, waits for `liken approve-reboot lab w1`).")
 }
 
 // Turns are granted only while a maintenance window is open. The test's

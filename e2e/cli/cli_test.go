@@ -146,6 +146,8 @@ func (e *env) testApprove(t *testing.T) {
 	}
 	ms[0].Status.Phase = v1alpha1.MachineUpdating
 	clitest.SetReady(ms[4], clitest.Version2)
+	cl.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonGranting,
+		Message: "Holding a turn: a-1 (maxUnavailable 2). Waiting for a turn: a-3.", LastTransitionTime: clitest.Since}}
 	other := clitest.Cluster("beta", "1")
 	b1 := clitest.Machine("b-1", "beta", v1alpha1.RoleLeader, v1alpha1.RebootManual)
 	clitest.SetStaged(b1, clitest.Version1, clitest.Version2, "c-b-1")
@@ -153,7 +155,7 @@ func (e *env) testApprove(t *testing.T) {
 	e.create(t, other, b1)
 
 	// a-4 (a Manual worker) waits for approval: approve exactly its change.
-	code, out, stderr := e.liken(ctx, "approve-reboot", "alpha", "a-4")
+	code, out, stderr := e.liken(ctx, "approve-reboot", "alpha", "a-4", "--wait=0")
 	assert.Equal(t, code, 0, stderr)
 	golden.Assert(t, out, "approve.golden")
 	assert.Equal(t, e.machine(t, "a-4").Annotations[v1alpha1.AnnotationApprovedChange], "c-a-4")
@@ -186,7 +188,7 @@ func (e *env) testApprove(t *testing.T) {
 	m := e.machine(t, "a-4")
 	clitest.SetStaged(m, clitest.Version1, clitest.Version2, "c-a-4-new")
 	e.writeStatus(t, m)
-	code, out, stderr = e.liken(ctx, "approve-reboot", "alpha", "a-4")
+	code, out, stderr = e.liken(ctx, "approve-reboot", "alpha", "a-4", "--wait=0")
 	assert.Equal(t, code, 0, stderr)
 	assert.Assert(t, is.Contains(out, "Approved the change staged on a-4: release 2026.10.12-001 (change c-a-4-new)."))
 	assert.Equal(t, e.machine(t, "a-4").Annotations[v1alpha1.AnnotationApprovedChange], "c-a-4-new")
@@ -329,6 +331,15 @@ func (e *env) testRolloutStatus(t *testing.T) {
 	turn := func(m *v1alpha1.Machine) {
 		cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: m.Name, Reason: v1alpha1.TurnRelease, GrantedAt: clitest.Since}}
 		e.writeClusterStatus(t, cl)
+		// The ledger first, as cluster-operator writes it: the machine
+		// holds its turn before it reports Updating.
+		ready := 0
+		for _, o := range ms {
+			if o.Status.Phase == v1alpha1.MachineReady && o.Status.Version == clitest.Version2 {
+				ready++
+			}
+		}
+		r.waitOutput(t, fmt.Sprintf("%s  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines %d/3]  holds its turn", m.Name, ready))
 		m.Status.Phase = v1alpha1.MachineUpdating
 		e.writeStatus(t, m)
 	}
@@ -356,13 +367,13 @@ func (e *env) testRolloutStatus(t *testing.T) {
 		r.waitOutput(t, s.want)
 	}
 	// Approve s-3 with the command line, as a person would.
-	code, _, stderr := e.liken(ctx, "approve-reboot", "sigma", "s-3")
+	code, _, stderr := e.liken(ctx, "approve-reboot", "sigma", "s-3", "--wait=0")
 	assert.Equal(t, code, 0, stderr)
 	m := e.machine(t, "s-3")
 	ms[2].Annotations = m.Annotations
 	clitest.SetStaged(ms[2], clitest.Version1, clitest.Version2, "c-s-3")
 	e.writeStatus(t, ms[2])
-	r.waitOutput(t, "s-3  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines 2/3]\n")
+	r.waitOutput(t, "s-3  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines 2/3]  waiting for a turn: see what cluster-operator says\n")
 	turn(ms[2])
 	r.waitOutput(t, "s-3  Updating")
 	done(ms[2])

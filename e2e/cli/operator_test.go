@@ -22,11 +22,12 @@ import (
 // TestWithClusterOperator runs the commands against a real cluster-operator
 // process and machines simulated from the test (status and heartbeat
 // written as each machine's own identity, following docs/design/protocol.md):
-// a Manual fleet moves only when liken approve-reboot approves, liken
+// a Manual fleet moves only when liken approve-reboot approves, both
+// commands say why a machine waits as cluster-operator says it, liken
 // rollout status follows it to the end, liken request-reboot takes one
 // reboot through a turn, and liken rollout resume lifts a stall.
 func TestWithClusterOperator(t *testing.T) {
-	names := []string{"o-1", "o-2", "t-1"}
+	names := []string{"o-1", "o-2", "o-3", "t-1"}
 	cp := controlplanetest.Start(t, controlplane.Options{Machines: names})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -46,6 +47,7 @@ func TestWithClusterOperator(t *testing.T) {
 	for _, m := range []*v1alpha1.Machine{
 		clitest.Machine("o-1", "omega", v1alpha1.RoleLeader, v1alpha1.RebootManual),
 		clitest.Machine("o-2", "omega", v1alpha1.RoleWorker, v1alpha1.RebootManual),
+		clitest.Machine("o-3", "omega", v1alpha1.RoleWorker, v1alpha1.RebootManual),
 		clitest.Machine("t-1", "tau", v1alpha1.RoleLeader, v1alpha1.RebootAuto),
 	} {
 		assert.NilError(t, cp.AddNode(ctx, m.Name, nil))
@@ -60,7 +62,7 @@ func TestWithClusterOperator(t *testing.T) {
 
 	// omega: nothing moves before approval.
 	status := e.start(ctx, "rollout", "status", "omega")
-	status.waitOutput(t, "o-1  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines 0/2]  awaiting approval: liken approve-reboot omega o-1")
+	status.waitOutput(t, "o-1  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines 0/3]  awaiting approval: liken approve-reboot omega o-1")
 	waitCluster(t, admin, "omega", "granting to begin", func(cl *v1alpha1.Cluster) bool {
 		p := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionProgressing)
 		return p != nil && p.Reason != v1alpha1.ReasonStartupGrace
@@ -69,8 +71,25 @@ func TestWithClusterOperator(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, len(cl.Status.RebootTurns), 0, "a turn was granted without approval")
 
+	// A person approves the worker o-3 before the leader: both commands
+	// say, as cluster-operator does, that o-3 waits for o-1 (the leader) to
+	// run the release, and that o-1 waits for its own approval.
+	status.waitOutput(t, "awaiting approval: liken approve-reboot omega o-3")
+	code, out, stderr := e.liken(ctx, "approve-reboot", "omega", "o-3")
+	assert.Equal(t, code, 0, stderr)
+	const leaderFirst = "Waiting for a turn: o-3. Workers update to 2026.10.12-001 after every leader runs it; " +
+		"leaders not on it yet: o-1 (UpdatePending, waits for `liken approve-reboot omega o-1`)."
+	assert.Assert(t, is.Contains(out, "Next: o-3 waits for a reboot turn under the disruption budget of cluster omega.\n"+
+		"  Turns held:      none (maxUnavailable 1)\n"+
+		"  Operator says:   "+leaderFirst+"\n"), out)
+	status.waitOutput(t, "o-3  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines 0/3]  waiting for a turn: see what cluster-operator says\n")
+	status.waitOutput(t, "cluster-operator on cluster omega (Granting): "+leaderFirst+"\n")
+	cl, err = admin.LikenV1alpha1().Clusters().Get(ctx, "omega", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, len(cl.Status.RebootTurns), 0, "a worker got a turn before the leader")
+
 	// The leader first: approve o-1, it takes its turn and comes back on
-	// the new release; then o-2.
+	// the new release; o-3 follows by itself; then o-2.
 	for _, n := range []string{"o-1", "o-2"} {
 		status.waitOutput(t, "awaiting approval: liken approve-reboot omega "+n)
 		code, out, stderr := e.liken(ctx, "approve-reboot", "omega", n)
@@ -80,17 +99,17 @@ func TestWithClusterOperator(t *testing.T) {
 		status.waitOutput(t, n+"  Ready          2026.10.12-001")
 	}
 	assert.Equal(t, status.waitExit(t), 0, status.errOut.String())
-	assert.Assert(t, is.Contains(status.out.String(), "Rollout of cluster omega to 2026.10.12-001 complete: 2/2 machines ready."))
+	assert.Assert(t, is.Contains(status.out.String(), "Rollout of cluster omega to 2026.10.12-001 complete: 3/3 machines ready."))
 
 	// request-reboot: o-2 stages a reboot, waits for approval, takes a turn
 	// and comes back from a new boot.
 	boot := sims["o-2"].BootID()
-	code, _, stderr := e.liken(ctx, "request-reboot", "omega", "o-2")
+	code, _, stderr = e.liken(ctx, "request-reboot", "omega", "o-2")
 	assert.Equal(t, code, 0, stderr)
 	waitMachine(t, admin, "o-2", "the reboot request to be staged", func(m *v1alpha1.Machine) bool {
 		return m.Status.Phase == v1alpha1.MachineRebootPending && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.ConditionRebootPending)
 	})
-	code, out, stderr := e.liken(ctx, "approve-reboot", "omega", "o-2")
+	code, out, stderr = e.liken(ctx, "approve-reboot", "omega", "o-2")
 	assert.Equal(t, code, 0, stderr)
 	assert.Assert(t, is.Contains(out, "a requested reboot"))
 	waitMachine(t, admin, "o-2", "o-2 to reboot", func(m *v1alpha1.Machine) bool {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/node/changes"
 )
 
@@ -106,7 +107,7 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	// RebootPending.
 	switch {
 	case st.Phase == likenv1.MachineUpdatePending || st.Phase == likenv1.MachineRebootPending:
-		if approved(m, st.Change) {
+		if rules.Cleared(m, st.Change) {
 			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
 				fmt.Sprintf("change %s (%s) waits for a reboot turn from cluster-operator under the disruption budget", st.Change, pendingFields(st.Pending)))
 		} else {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/drain"
 	"liken.sh/liken/release"
@@ -34,14 +35,6 @@ func ledgerEntry(c *likenv1.Cluster, machine string) *likenv1.RebootTurn {
 		}
 	}
 	return nil
-}
-
-// approved tells whether the policy lets the machine take a turn for change.
-func approved(m *likenv1.Machine, change string) bool {
-	if m.Spec.RebootPolicy == likenv1.RebootAuto {
-		return true
-	}
-	return change != "" && m.Annotations[likenv1.AnnotationApprovedChange] == change
 }
 
 // syncTurn starts the turn the ledger grants, or gives back one that is no
@@ -85,7 +78,7 @@ func (d *Daemon) syncTurn(ctx context.Context, v *view) {
 	if !d.asking(v) || !granted(v.change) {
 		return
 	}
-	if !approved(v.m, v.change) {
+	if !rules.Cleared(v.m, v.change) {
 		log.Info("The ledger lists a turn, but the change is not approved; waiting for liken approve-reboot", "change", v.change)
 		return
 	}

@@ -1,4 +1,4 @@
-// Package fleet reads a Cluster and its Machines the way the turn protocol sees them: who holds turns, who waits, and what blocks granting.
+// Package fleet reads a Cluster and its Machines for the liken command: what each machine has staged and waits for, and what cluster-operator last said about the cluster's turns.
 package fleet
 
 import (
@@ -13,6 +13,7 @@ import (
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/printable"
+	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/internal/window"
 )
 
@@ -49,21 +50,7 @@ func AwaitingTurn(m *v1alpha1.Machine) bool {
 
 // Approved reports whether the machine's staged change carries a person's
 // approval.
-func Approved(m *v1alpha1.Machine) bool {
-	return m.Status.Change != "" && m.Annotations[v1alpha1.AnnotationApprovedChange] == m.Status.Change
-}
-
-// IsLeader reports whether the machine is a leader.
-func IsLeader(m *v1alpha1.Machine) bool { return m.Spec.Role == v1alpha1.RoleLeader }
-
-// Before orders machines the way turns are granted: leaders first, then by
-// name (byte order).
-func Before(a, b *v1alpha1.Machine) bool {
-	if IsLeader(a) != IsLeader(b) {
-		return IsLeader(a)
-	}
-	return a.Name < b.Name
-}
+func Approved(m *v1alpha1.Machine) bool { return rules.Approved(m, m.Status.Change) }
 
 // StagedRelease reports whether the staged change includes a release.
 func StagedRelease(m *v1alpha1.Machine) bool {
@@ -102,25 +89,6 @@ func DescribeChange(m *v1alpha1.Machine) string {
 		return "a reboot"
 	}
 	return strings.Join(parts, " and ")
-}
-
-// Budget is where a cluster stands under its disruption budget.
-type Budget struct {
-	// Max is spec.disruption.maxUnavailable resolved for the cluster's size.
-	Max int
-	// MaxSpec is the value as written (such as "1" or "25%").
-	MaxSpec string
-	// Turns are the machines that hold a turn, in ledger order.
-	Turns []string
-	// Down are machines without a turn that are Lost; they count too.
-	Down []string
-	// Halt is why granting stopped, if it did.
-	Halt *v1alpha1.RolloutHalt
-	// Progressing is the cluster's Progressing condition, if any.
-	Progressing *metav1.Condition
-	// Window is where the cluster stands against its maintenance windows
-	// when the budget was read.
-	Window Window
 }
 
 // Window is where a cluster stands against its maintenance windows
@@ -166,77 +134,42 @@ func (w Window) Note() string {
 		window.Format(st.Closes, st.Window.Location), window.Until(st.Closes, w.Now))
 }
 
-// Used is how much of the budget is taken.
-func (b Budget) Used() int { return len(b.Turns) + len(b.Down) }
-
-// BudgetOf reads the budget of a cluster from its status and machines,
-// and its maintenance windows at now.
-func BudgetOf(c *v1alpha1.Cluster, members []*v1alpha1.Machine, now time.Time) (Budget, error) {
-	b := Budget{MaxSpec: "1", Halt: c.Status.Halt, Window: WindowOf(c, now)}
-	if mu := c.Spec.Disruption.MaxUnavailable; mu != nil {
-		b.MaxSpec = mu.String()
-	}
-	max, err := c.Spec.Disruption.MaxUnavailableFor(len(members))
-	if err != nil {
-		return b, fmt.Errorf("cluster %s: spec.disruption.maxUnavailable: %w", c.Name, err)
-	}
-	b.Max = max
-	held := map[string]bool{}
-	for _, t := range c.Status.RebootTurns {
-		b.Turns = append(b.Turns, t.Machine)
-		held[t.Machine] = true
-	}
-	for _, m := range members {
-		if m.Status.Phase == v1alpha1.MachineLost && !held[m.Name] {
-			b.Down = append(b.Down, m.Name)
+// HoldsTurn is the machine's entry in the Cluster's turn ledger
+// (status.rebootTurns), or nil.
+func HoldsTurn(c *v1alpha1.Cluster, machine string) *v1alpha1.RebootTurn {
+	for i := range c.Status.RebootTurns {
+		if c.Status.RebootTurns[i].Machine == machine {
+			return &c.Status.RebootTurns[i]
 		}
 	}
-	b.Progressing = meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
-	return b, nil
+	return nil
 }
 
-// HoldsTurn reports whether the machine is in the ledger.
-func (b Budget) HoldsTurn(name string) bool {
-	for _, t := range b.Turns {
-		if t == name {
-			return true
-		}
+// Progressing is the Cluster's Progressing condition: cluster-operator's
+// word on whether turns are granted, and if not, why; nil before
+// cluster-operator wrote one.
+func Progressing(c *v1alpha1.Cluster) *metav1.Condition {
+	return meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionProgressing)
+}
+
+// OperatorSays is the message of the Cluster's Progressing condition, made
+// safe to print; "" when there is none.
+func OperatorSays(c *v1alpha1.Cluster) string {
+	p := Progressing(c)
+	if p == nil {
+		return ""
+	}
+	return printable.Text(strings.TrimSpace(p.Message))
+}
+
+// ClusterWide reports whether reason, a Progressing reason, stops turns for
+// the whole cluster whatever each machine does: an approval or a new
+// machine in line changes nothing cluster-operator says then.
+func ClusterWide(reason string) bool {
+	switch reason {
+	case v1alpha1.ReasonPaused, v1alpha1.ReasonInvalidWindow, v1alpha1.ReasonStartupGrace,
+		v1alpha1.ReasonRolloutStalled, v1alpha1.ReasonTrialFailed:
+		return true
 	}
 	return false
-}
-
-// Ahead lists the machines that wait for a turn and come before m in the
-// grant order (leaders first, then by name).
-func Ahead(m *v1alpha1.Machine, members []*v1alpha1.Machine, b Budget) []string {
-	var out []*v1alpha1.Machine
-	for _, o := range members {
-		if o.Name == m.Name || b.HoldsTurn(o.Name) {
-			continue
-		}
-		if (AwaitingTurn(o) || (AwaitingApproval(o) && Approved(o))) && Before(o, m) {
-			out = append(out, o)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return Before(out[i], out[j]) })
-	names := make([]string, 0, len(out))
-	for _, o := range out {
-		names = append(names, o.Name)
-	}
-	return names
-}
-
-// Blocked says why no turn can be granted now, or "" when turns can be
-// granted.
-func (b Budget) Blocked(c *v1alpha1.Cluster, release bool) string {
-	switch {
-	case b.Halt != nil && (b.Halt.Reason != v1alpha1.ReasonTrialFailed || release):
-		return fmt.Sprintf("the rollout is halted (%s on %s): no turn is granted until a person resumes it with liken rollout resume %s", b.Halt.Reason, b.Halt.Machine, c.Name)
-	case b.Max == 0:
-		return "spec.disruption.maxUnavailable is " + b.MaxSpec + ": every turn is paused until it is raised"
-	case len(b.Window.Errs) > 0:
-		return b.Window.Note()
-	case b.Progressing != nil && b.Progressing.Reason == v1alpha1.ReasonStartupGrace:
-		return "cluster-operator has just started and grants no turn yet: " + printable.Text(b.Progressing.Message)
-	}
-	return ""
 }

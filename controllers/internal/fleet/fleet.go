@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/rules"
 )
 
 // ByCluster is the name of the Machine informer index keyed by
@@ -177,19 +178,6 @@ func ReadyHeartbeat(n *corev1.Node) time.Time {
 	return time.Time{}
 }
 
-// IsLeader is true for a machine with role Leader.
-func IsLeader(m *likenv1.Machine) bool { return m.Spec.Role == likenv1.RoleLeader }
-
-// IsManual is true unless the machine's rebootPolicy is Auto (Manual is
-// the default).
-func IsManual(m *likenv1.Machine) bool { return m.Spec.RebootPolicy != likenv1.RebootAuto }
-
-// Approved is true when a person approved exactly the change the machine
-// staged (annotation liken.sh/approved-change equals status.change).
-func Approved(m *likenv1.Machine, change string) bool {
-	return change != "" && m.Annotations[likenv1.AnnotationApprovedChange] == change
-}
-
 // TurnsString is the TURNS column: the machines of the ledger,
 // comma-separated, in ledger order.
 func TurnsString(turns []likenv1.RebootTurn) string {
@@ -204,7 +192,7 @@ func TurnsString(turns []likenv1.RebootTurn) string {
 func Leaders(machines []*likenv1.Machine) []string {
 	var out []string
 	for _, m := range machines {
-		if IsLeader(m) {
+		if rules.IsLeader(m) {
 			out = append(out, m.Name)
 		}
 	}

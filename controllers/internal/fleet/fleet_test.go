@@ -109,11 +109,6 @@ func TestSmallFacts(t *testing.T) {
 	assert.Equal(t, NewestVersion([]string{"2026.11.01-001", "2026.11.20-001", "2026.11.05-002"}), "2026.11.20-001")
 	assert.Equal(t, NewestVersion(nil), "")
 	assert.Equal(t, TurnsString([]likenv1.RebootTurn{{Machine: "b"}, {Machine: "a"}}), "b,a")
-	m := &likenv1.Machine{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{likenv1.AnnotationApprovedChange: "x"}}}
-	assert.Assert(t, IsManual(m), "Manual is the default")
-	assert.Assert(t, Approved(m, "x"))
-	assert.Assert(t, !Approved(m, "y"))
-	assert.Assert(t, !Approved(&likenv1.Machine{}, ""), "an empty change is never approved")
 }
 
 func TestCordonedByLiken(t *testing.T) {

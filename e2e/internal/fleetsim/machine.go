@@ -19,6 +19,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/internal/rules"
 )
 
 // MachineOptions describe how a simulated machine behaves.
@@ -214,7 +215,7 @@ func (m *Machine) step(ctx context.Context) {
 	}
 	if want.Change != "" {
 		reason, msg := likenv1.ReasonAwaitingTurn, "waits for a reboot turn"
-		if cur.Spec.RebootPolicy != likenv1.RebootAuto && cur.Annotations[likenv1.AnnotationApprovedChange] != want.Change {
+		if !rules.Cleared(cur, want.Change) {
 			reason, msg = likenv1.ReasonAwaitingApproval, fmt.Sprintf("waits for approval: liken approve-reboot %s %s", m.o.Cluster, m.name)
 		}
 		want.Conditions = []metav1.Condition{{Type: likenv1.ConditionRebootPending, Status: metav1.ConditionTrue, Reason: reason, Message: msg, LastTransitionTime: since}}
