@@ -92,6 +92,29 @@ func (m *machine) powerOn() {
 	m.started(vm, logPath)
 }
 
+// powerOnCached starts QEMU on the disk behind a volatile write cache
+// (see CacheDisk): cutAt decides at each flush whether the power fails
+// there, losing every write not flushed. The test kills QEMU once the
+// returned disk's Cut is closed.
+func (m *machine) powerOnCached(cutAt func(CacheView) bool) *CacheDisk {
+	m.t.Helper()
+	// A short folder: a Unix socket's path is limited to 107 bytes.
+	dir, err := os.MkdirTemp("", "liken-nbd")
+	assert.NilError(m.t, err)
+	m.t.Cleanup(func() { os.RemoveAll(dir) })
+	d, err := ServeCacheDisk(m.disk.Path, dir, cutAt)
+	assert.NilError(m.t, err)
+	logPath := m.nextLog()
+	vm, err := m.kit.StartCacheDisk(d, logPath, BootTest)
+	assert.NilError(m.t, err)
+	m.started(vm, logPath)
+	m.t.Cleanup(func() {
+		vm.Kill()
+		assert.Check(m.t, d.Close())
+	})
+	return d
+}
+
 func (m *machine) nextLog() string {
 	m.runs++
 	logDir := filepath.Join(m.kit.Dir, "logs")
