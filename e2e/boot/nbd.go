@@ -88,6 +88,9 @@ const (
 	nbdEINVAL        = 22
 )
 
+// errProtocol marks a request the server does not understand.
+var errProtocol = errors.New("nbd: protocol error")
+
 // ServeCacheDisk serves path on a new Unix socket in dir.
 func ServeCacheDisk(path, dir string, cutAt func(CacheView) bool) (*CacheDisk, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -150,7 +153,9 @@ func (d *CacheDisk) accept() {
 		}
 		go func() {
 			defer c.Close()
-			if err := d.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			// The connection ends with QEMU, killed at any moment: only a
+			// request this server does not understand is an error.
+			if err := d.serve(c); errors.Is(err, errProtocol) {
 				d.mu.Lock()
 				d.serveErr = errors.Join(d.serveErr, err)
 				d.mu.Unlock()
@@ -192,7 +197,7 @@ func (d *CacheDisk) serve(c net.Conn) error {
 			return err
 		}
 		if hdr.Magic != nbdOptMagic || hdr.Size > 4096 {
-			return fmt.Errorf("nbd: bad option header %+v", hdr)
+			return fmt.Errorf("%w: bad option header %+v", errProtocol, hdr)
 		}
 		if _, err := io.CopyN(io.Discard, c, int64(hdr.Size)); err != nil {
 			return err
@@ -234,7 +239,7 @@ func (d *CacheDisk) transmit(c net.Conn) error {
 			return err
 		}
 		if req.Magic != nbdReqMagic {
-			return fmt.Errorf("nbd: bad request magic %#x", req.Magic)
+			return fmt.Errorf("%w: bad request magic %#x", errProtocol, req.Magic)
 		}
 		var data []byte
 		if req.Type == nbdCmdWrite {
