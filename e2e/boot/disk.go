@@ -34,8 +34,12 @@ type DiskSpec struct {
 	// the tests find it in one block.
 	Primary, Backup []byte
 	// Files are more files for the boot partition, by path from its root
-	// (such as boot/grub/liken-args.cfg).
+	// (such as boot/grub/liken-args.cfg); they replace a slot's own
+	// (such as B/vmlinuz).
 	Files map[string][]byte
+	// Omit are slot files left off the partition, by path from its root
+	// (such as B/vmlinuz): a slot GRUB cannot load.
+	Omit []string
 }
 
 // Disk is a raw disk image: MBR, GRUB's core image, one ext2 partition with
@@ -64,6 +68,25 @@ func (k *Kit) BuildDisk(dir string, spec DiskSpec) (*Disk, error) {
 		filepath.Join(grubDir, boot.EnvFile):    spec.Primary,
 		filepath.Join(grubDir, boot.BackupFile): spec.Backup,
 	}
+	kernel, err := os.ReadFile(k.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	for _, slot := range []boot.Slot{boot.SlotA, boot.SlotB} {
+		scenario := spec.Scenario[slot]
+		if scenario == "" {
+			scenario = "report"
+		}
+		initrd, err := k.Initramfs(slot, scenario)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Join(tree, string(slot)), 0o755); err != nil {
+			return nil, err
+		}
+		files[filepath.Join(tree, string(slot), "vmlinuz")] = kernel
+		files[filepath.Join(tree, string(slot), "initrd.img")] = initrd
+	}
 	for rel, b := range spec.Files {
 		p := filepath.Join(tree, filepath.FromSlash(rel))
 		if !strings.HasPrefix(p, tree+string(filepath.Separator)) {
@@ -74,24 +97,12 @@ func (k *Kit) BuildDisk(dir string, spec DiskSpec) (*Disk, error) {
 		}
 		files[p] = b
 	}
-	kernel, err := os.ReadFile(k.Kernel)
-	if err != nil {
-		return nil, err
-	}
-	for _, slot := range []boot.Slot{boot.SlotA, boot.SlotB} {
-		scenario := spec.Scenario[slot]
-		if scenario == "" {
-			scenario = "report"
+	for _, rel := range spec.Omit {
+		p := filepath.Join(tree, filepath.FromSlash(rel))
+		if _, ok := files[p]; !ok {
+			return nil, fmt.Errorf("test disk: cannot omit %q, which the disk does not hold", rel)
 		}
-		initrd, err := k.Initramfs(scenario)
-		if err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(filepath.Join(tree, string(slot)), 0o755); err != nil {
-			return nil, err
-		}
-		files[filepath.Join(tree, string(slot), "vmlinuz")] = kernel
-		files[filepath.Join(tree, string(slot), "initrd.img")] = initrd
+		delete(files, p)
 	}
 	size := int64(0)
 	for p, b := range files {
@@ -227,9 +238,12 @@ func (d *Disk) WriteEnv(name string, b []byte) error {
 	return f.Close()
 }
 
-// Initramfs returns a gzip-compressed newc cpio archive with bootinit as /init, the
-// scenario, and the kernel modules with their load order.
-func (k *Kit) Initramfs(scenario string) ([]byte, error) {
+// Initramfs returns a gzip-compressed newc cpio archive with bootinit as
+// /init, the scenario, the kernel modules with their load order, and a
+// /slot file naming the slot whose folder the archive goes into: the init
+// reports it, so a test sees which slot's files GRUB loaded, not only the
+// slot the command line names.
+func (k *Kit) Initramfs(slot boot.Slot, scenario string) ([]byte, error) {
 	a := initramfs.New()
 	a.Dir("mnt")
 	init, err := os.ReadFile(k.Init)
@@ -238,6 +252,7 @@ func (k *Kit) Initramfs(scenario string) ([]byte, error) {
 	}
 	a.File("init", 0o755, init)
 	a.File("scenario", 0o644, []byte(scenario+"\n"))
+	a.File("slot", 0o644, []byte(string(slot)+"\n"))
 	if err := a.Modules(k.Modules); err != nil {
 		return nil, err
 	}

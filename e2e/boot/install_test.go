@@ -39,7 +39,7 @@ func TestInstalledDisk(t *testing.T) {
 	if out, err := exec.Command("mksquashfs", tree, image, "-quiet", "-noappend").CombinedOutput(); err != nil {
 		t.Fatalf("mksquashfs: %v\n%s", err, out)
 	}
-	initrd, err := k.Initramfs("report")
+	initrd, err := k.Initramfs(boot.SlotA, "report")
 	assert.NilError(t, err)
 	initrdFile := filepath.Join(dir, "initrd.img")
 	assert.NilError(t, os.WriteFile(initrdFile, initrd, 0o644))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +32,23 @@ var BootTest = qemu.Hardware{MemoryMiB: 512, CPUs: 1}
 
 // Start boots disk on hw. The console is also copied to logPath.
 func (k *Kit) Start(disk, logPath string, hw qemu.Hardware) (*VM, error) {
-	cmd := k.Command("qemu-system-x86_64", k.Args(disk, hw, "stdio")...)
+	return k.start(k.Args(disk, hw, "stdio"), logPath)
+}
+
+// StartCacheDisk boots the disk d serves, on hw: QEMU reads and writes it
+// over NBD, through its volatile write cache.
+func (k *Kit) StartCacheDisk(d *CacheDisk, logPath string, hw qemu.Hardware) (*VM, error) {
+	args := k.Args("placeholder", hw, "stdio")
+	i := slices.Index(args, "-drive")
+	if i < 0 || i+1 >= len(args) {
+		return nil, fmt.Errorf("QEMU's arguments have no -drive: %q", args)
+	}
+	args[i+1] = d.DriveArg()
+	return k.start(args, logPath)
+}
+
+func (k *Kit) start(args []string, logPath string) (*VM, error) {
+	cmd := k.Command("qemu-system-x86_64", args...)
 	cmd.Stdin = nil
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,4 +170,58 @@ func TestSaveEnvReadByGo(t *testing.T) {
 	vars, err := boot.ParseEnvBlock(got)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, vars, []boot.EnvVar{{Name: "saved_entry", Value: `a\b`}, {Name: "liken_trial", Value: "0"}, {Name: "liken_proven", Value: "B"}, {Name: "note", Value: "two\nlines"}})
+}
+
+// TestBootFilesMissing: a slot whose kernel or initramfs is missing from
+// the boot partition, or is not one. A trial of it ends on the proven slot
+// at once (GRUB cleared the flag before it tried): directly when a file is
+// missing, through a restart when GRUB began to load it. The proven slot's
+// own kernel missing is not papered over with the other slot: GRUB says
+// so, waits, and restarts into the same choice.
+func TestBootFilesMissing(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		trial boot.Slot // armed over proven A, or none
+		omit  []string
+		files map[string][]byte
+		// restart: GRUB restarts the machine before it boots the proven slot.
+		restart bool
+	}{
+		{name: "trial kernel missing: the proven slot boots", trial: boot.SlotB, omit: []string{"B/vmlinuz"}},
+		{name: "trial initramfs missing: the proven slot boots", trial: boot.SlotB, omit: []string{"B/initrd.img"}},
+		{name: "trial kernel not a kernel: a restart, then the proven slot", trial: boot.SlotB,
+			files: map[string][]byte{"B/vmlinuz": bytes.Repeat([]byte("not a kernel\n"), 1000)}, restart: true},
+		{name: "proven kernel missing: GRUB restarts, never the other slot", omit: []string{"A/vmlinuz"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			primary, backup := armed(t, boot.SlotA, tc.trial)
+			m := newMachine(t, DiskSpec{Primary: primary, Backup: backup, Omit: tc.omit, Files: tc.files})
+			m.powerOn()
+			if tc.trial != "" {
+				m.expectLine("liken: booting slot B (trial 1)")
+				m.expectLine("liken: slot B could not be loaded")
+				if tc.restart {
+					m.expectLine("liken: restarting to boot the proven slot A")
+				}
+				m.expectLine("liken: booting slot A (trial 0)")
+				f := m.expectBoot(boot.SlotA, false)
+				assert.Equal(t, f["state"], "A/-", "GRUB cleared the flag before it tried B")
+				m.waitPowerOff()
+				m.assertStates(boot.State{Proven: boot.SlotA})
+				return
+			}
+			m.expectLine("liken: booting slot A (trial 0)")
+			m.expectLine("liken: slot A could not be loaded")
+			m.expectLine("liken: no slot could be loaded; rebooting in 30 seconds")
+			// The restart: GRUB starts again and makes the same choice.
+			m.expectLine("liken: booting slot A (trial 0)")
+			m.expectLine("liken: slot A could not be loaded")
+			assert.Assert(t, !strings.Contains(m.vm.Output(), "LIKEN-INIT"), "a slot booted although the proven slot has no kernel")
+			m.vm.Kill()
+			m.assertSameAsFirmware(primary, backup)
+		})
+	}
 }

@@ -1,8 +1,11 @@
 // Command bootinit is the init (PID 1) of the QEMU boot tests' slots: it reads which slot booted from the kernel command line and, per scenario, commits the slot through node/boot, panics, or hangs.
 //
-// The disk builder in e2e/boot puts it, with the kernel modules it needs
-// and a /scenario file, into each slot's initramfs. It prints one line per
-// step on the console, each starting with "LIKEN-", which the tests read.
+// The disk builder in e2e/boot puts it, with the kernel modules it needs,
+// a /scenario file and a /slot file (the slot whose folder holds this
+// initramfs), into each slot's initramfs. It prints one line per step on
+// the console, each starting with "LIKEN-", which the tests read; the
+// report names both the slot the command line gives (slot=) and the slot
+// whose files were loaded (initrd=).
 //
 // Scenarios (used on a trial boot; a boot that is not a trial always
 // reports and powers off):
@@ -82,6 +85,10 @@ func main() {
 	if b, err := os.ReadFile("/scenario"); err == nil {
 		scenario = strings.TrimSpace(string(b))
 	}
+	files := "none"
+	if b, err := os.ReadFile("/slot"); err == nil {
+		files = strings.TrimSpace(string(b))
+	}
 	if err := initramfs.LoadModules(); err != nil {
 		fail("loading modules: %v", err)
 	}
@@ -104,8 +111,8 @@ func main() {
 	if trial {
 		t = 1
 	}
-	say("INIT slot=%s trial=%d scenario=%s state=%s primary=%s backup=%s uptime=%s",
-		slot, t, scenario, short(st, nil), copyState(boot.EnvFile), copyState(boot.BackupFile), uptime())
+	say("INIT slot=%s initrd=%s trial=%d scenario=%s state=%s primary=%s backup=%s uptime=%s",
+		slot, files, t, scenario, short(st, nil), copyState(boot.EnvFile), copyState(boot.BackupFile), uptime())
 
 	if !trial {
 		say("POWEROFF")
