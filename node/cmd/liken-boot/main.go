@@ -9,7 +9,8 @@
 //     manager, liken-node) resets the machine, and GRUB boots the proven
 //     slot;
 //  3. find the partitions by their labels (liken-boot, liken-layer,
-//     liken-slots) and mount the slot store;
+//     liken-slots); on a trial boot, flush the disk's cache so that
+//     GRUB's cleared trial flag is saved; mount the slot store;
 //  4. mount slots/<slot>/rootfs.squashfs through a read-only loop device
 //     as the new root; /etc is an overlay whose changes live in memory for
 //     one boot, /var a memory file system; the slot store is mounted at
@@ -110,6 +111,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if trial {
+		// GRUB cleared the trial flag through the firmware, which may
+		// leave the write in the disk's cache: flush it now, so that a
+		// power cut from here on cannot bring the flag back and run the
+		// trial again.
+		if err := flushDisk(parts[bootLabel]); err != nil {
+			return fmt.Errorf("saving GRUB's cleared trial flag: %w", err)
+		}
+	}
 	if err := assemble(slot, parts); err != nil {
 		return err
 	}
@@ -138,6 +148,17 @@ func armWatchdog(timeout time.Duration) error {
 		}
 	}
 	return err
+}
+
+// flushDisk asks the disk that holds the partition dev to save what it
+// has cached (fsync of a block device sends the disk a cache flush).
+func flushDisk(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // findPartitions waits until a block device carries each label and returns
