@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -66,6 +67,20 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 		if d.configErr != nil {
 			// The last restart failed: retried once the backoff is over
 			// (syncConfig clears the error), still holding the turn.
+			return
+		}
+		// The ledger is the only truth: read it from the API server, not
+		// the cache, right before k3s goes down.
+		cl, err := d.o.Liken.LikenV1alpha1().Clusters().Get(ctx, v.c.Name, metav1.GetOptions{})
+		if err != nil {
+			log.Error(err, "Reading the Cluster before restarting k3s failed; retrying")
+			v.requeue(d.t.APIRetry)
+			return
+		}
+		if e := ledgerEntry(cl, d.o.Machine); e == nil || e.Change != t.Change {
+			// The cache is behind; its update brings the next reconcile.
+			log.Info("The leader turn is no longer in the ledger; not restarting k3s", "change", t.Change)
+			v.requeue(d.t.APIRetry)
 			return
 		}
 		cfg := changes.Merge(*d.st.Applied, v.desired, likenv1.ClassRestartK3s)

@@ -169,9 +169,9 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	if d.configErr != nil {
 		set(ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, d.configErr.Error()+"; correct the value in the Machine or Cluster, liken retries")
 	} else if len(v.k3s) > 0 {
-		msg := fmt.Sprintf("applied; %s restart k3s in this leader's turn (see the RebootPending condition)", strings.Join(changes.Paths(v.k3s), ", "))
+		msg := fmt.Sprintf("applied, except %s, which wait for this leader's turn to restart k3s (see the RebootPending condition)", strings.Join(changes.Paths(v.k3s), ", "))
 		if !v.k3sTurn {
-			msg = fmt.Sprintf("applied; %s restart k3s in a leader turn of their own after the reboot that waits", strings.Join(changes.Paths(v.k3s), ", "))
+			msg = fmt.Sprintf("applied, except %s, which wait for a leader turn to restart k3s after the reboot that waits", strings.Join(changes.Paths(v.k3s), ", "))
 		}
 		set(ConditionConfigApplied, metav1.ConditionTrue, "WaitingForLeaderTurn", msg)
 	} else if len(v.nextBoot) > 0 {

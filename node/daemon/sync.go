@@ -43,7 +43,8 @@ const (
 )
 
 // ConditionConfigApplied on a Machine: every Live and RestartK3s change is
-// applied; the message lists what waits for the next boot.
+// applied (on a leader, a RestartK3s change may wait for its leader turn);
+// the message lists what waits for the next boot or the turn.
 const ConditionConfigApplied = "ConfigApplied"
 
 // view is what one reconcile works out before it acts and reports.
