@@ -339,7 +339,9 @@ func newTracker(out io.Writer, clk clock.PassiveClock) *tracker {
 	return &tracker{out: out, last: map[string]step{}, clock: clk}
 }
 
-func stepOf(m *v1alpha1.Machine) step {
+// stepOf is where machine m stands; turn is the reason of the turn it
+// holds in the Cluster's ledger, or "".
+func stepOf(m *v1alpha1.Machine, turn v1alpha1.TurnReason) step {
 	s := step{phase: m.Status.Phase, version: m.Status.Version}
 	switch {
 	case m.Status.Download != nil && m.Status.Download.Version != "":
@@ -356,10 +358,27 @@ func stepOf(m *v1alpha1.Machine) step {
 			break
 		}
 	}
-	if s.note == "" && fleet.AwaitingApproval(m) && !fleet.Approved(m) {
+	switch {
+	case s.note != "":
+	case fleet.AwaitingApproval(m) && !fleet.Approved(m):
 		s.note = "awaiting approval: liken approve-reboot " + m.Spec.Cluster + " " + m.Name
+	case turn == v1alpha1.TurnRestartK3s:
+		s.note = "restarting k3s in its leader turn (no reboot)"
+	case m.Status.Phase == v1alpha1.MachineRebootPending && onlyRestartK3s(m.Status.Pending):
+		s.note = "waits for a leader turn to restart k3s (no reboot)"
 	}
 	return s
+}
+
+// onlyRestartK3s is true when every pending change, at least one, is of
+// class RestartK3s: a leader that waits for a turn to restart k3s.
+func onlyRestartK3s(pending []v1alpha1.PendingChange) bool {
+	for _, p := range pending {
+		if p.Class != v1alpha1.ClassRestartK3s {
+			return false
+		}
+	}
+	return len(pending) > 0
 }
 
 // observe prints what changed since the last view and reports whether the
@@ -399,7 +418,13 @@ func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bo
 	seen := map[string]bool{}
 	for _, m := range members {
 		seen[m.Name] = true
-		s := stepOf(m)
+		var turn v1alpha1.TurnReason
+		for _, tr := range cl.Status.RebootTurns {
+			if tr.Machine == m.Name {
+				turn = tr.Reason
+			}
+		}
+		s := stepOf(m, turn)
 		if prev, ok := t.last[m.Name]; ok && prev == s {
 			continue
 		}
