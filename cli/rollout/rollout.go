@@ -369,16 +369,33 @@ func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 		}
 	}
 	staged := m.Status.Phase == v1alpha1.MachineUpdatePending || m.Status.Phase == v1alpha1.MachineRebootPending
+	turn := fleet.HoldsTurn(cl, m.Name)
 	switch {
-	case s.note != "" || !staged:
-	case fleet.HoldsTurn(cl, m.Name) != nil:
+	case s.note != "":
+	case turn != nil && turn.Reason == v1alpha1.TurnRestartK3s:
+		s.note = "restarting k3s in its leader turn (no reboot)"
+	case !staged:
+	case turn != nil:
 		s.note = "holds its turn: it cordons and drains its node next"
+	case m.Status.Phase == v1alpha1.MachineRebootPending && onlyRestartK3s(m.Status.Pending):
+		s.note = "waits for a leader turn to restart k3s (no reboot)"
 	case fleet.AwaitingApproval(m) && !fleet.Approved(m):
 		s.note = "awaiting approval: liken approve-reboot " + m.Spec.Cluster + " " + m.Name
 	case fleet.AwaitingTurn(m) || fleet.Approved(m):
 		s.note = "waiting for a turn: see what cluster-operator says"
 	}
 	return s
+}
+
+// onlyRestartK3s is true when every pending change, at least one, is of
+// class RestartK3s: a leader that waits for a turn to restart k3s.
+func onlyRestartK3s(pending []v1alpha1.PendingChange) bool {
+	for _, p := range pending {
+		if p.Class != v1alpha1.ClassRestartK3s {
+			return false
+		}
+	}
+	return len(pending) > 0
 }
 
 // observe prints what changed since the last view and reports whether the

@@ -330,3 +330,51 @@ func TestStatusSaysWhyMachinesWait(t *testing.T) {
 	assert.Assert(t, is.Contains(out.String(), "node-3  UpdatePending  2026.10.10-001 -> 2026.10.12-001  [machines 0/3]  waiting for a turn"))
 	assert.Assert(t, is.Contains(out.String(), "leaders not on it yet: node-1 (UpdatePending, waits for `liken approve-reboot ux node-1`)."))
 }
+
+// A k3sArgs change on a fleet at rest: the workers restart k3s at once and
+// stay Ready; the leaders wait for their RestartK3s turns, one at a time,
+// and the status says so instead of suggesting a reboot.
+func TestTrackerRestartK3s(t *testing.T) {
+	cl := clitest.Cluster("lab", "1")
+	cl.Generation, cl.Status.ObservedGeneration = 2, 2
+	cl.Status.Phase = v1alpha1.ClusterUpdating
+	var ms []*v1alpha1.Machine
+	for _, n := range []string{"node-1", "node-2", "node-3"} {
+		role := v1alpha1.RoleLeader
+		if n == "node-3" {
+			role = v1alpha1.RoleWorker
+		}
+		m := clitest.Machine(n, "lab", role, v1alpha1.RebootManual)
+		clitest.SetReady(m, clitest.Version2)
+		ms = append(ms, m)
+	}
+	wait := func(m *v1alpha1.Machine) {
+		m.Status.Phase, m.Status.Change = v1alpha1.MachineRebootPending, "k-"+m.Name
+		m.Status.Pending = []v1alpha1.PendingChange{{Field: "cluster.spec.settings.k3sArgs", Class: v1alpha1.ClassRestartK3s, Since: clitest.Since}}
+		m.Status.Conditions = append(m.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionRebootPending, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonAwaitingTurn, Message: "waits for a leader turn", LastTransitionTime: clitest.Since})
+	}
+	turn := func(m *v1alpha1.Machine) {
+		m.Status.Phase, m.Status.Pending = v1alpha1.MachineRebooting, nil
+		cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: m.Name, Reason: v1alpha1.TurnRestartK3s, Change: m.Status.Change, Leader: true, GrantedAt: clitest.Since}}
+	}
+	done := func(m *v1alpha1.Machine) {
+		clitest.SetReady(m, clitest.Version2)
+		cl.Status.RebootTurns = nil
+	}
+	steps := []func(){
+		func() { wait(ms[0]); wait(ms[1]) },
+		func() { turn(ms[0]) },
+		func() { done(ms[0]); turn(ms[1]) },
+		func() { done(ms[1]); cl.Status.Phase = v1alpha1.ClusterReady },
+	}
+	var out bytes.Buffer
+	tr := newTracker(&out, clock.RealClock{})
+	for i, step := range steps {
+		step()
+		complete, err := tr.observe(cl.DeepCopy(), ms)
+		assert.NilError(t, err)
+		assert.Equal(t, complete, i == len(steps)-1, "step %d", i)
+	}
+	golden.Assert(t, out.String(), "status-restartk3s.golden")
+}

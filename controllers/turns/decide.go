@@ -314,6 +314,9 @@ func Decide(in Input) Decision {
 		// Evictions the drains of the turns held still need, by budget.
 		taken := map[string]int{}
 		for _, t := range st.RebootTurns {
+			if t.Reason == likenv1.TurnRestartK3s {
+				continue // no drain
+			}
 			for b, pods := range in.Drains[t.Machine].Needs {
 				taken[b] += len(pods)
 			}
@@ -336,7 +339,11 @@ func Decide(in Input) Decision {
 			if rules.IsLeader(m) && leaderDownOtherThan(m.Name) {
 				continue
 			}
-			if blocks := drainBlocks(in.Drains[m.Name], in.DisruptionsAllowed, taken); len(blocks) > 0 {
+			drain := in.Drains[m.Name]
+			if reason == likenv1.TurnRestartK3s {
+				drain = Drain{} // k3s restarts in place: no cordon, no drain
+			}
+			if blocks := drainBlocks(drain, in.DisruptionsAllowed, taken); len(blocks) > 0 {
 				d.Skipped = append(d.Skipped, Skip{Machine: m.Name, Leader: rules.IsLeader(m), Budgets: drainNote(blocks)})
 				continue
 			}
@@ -348,7 +355,7 @@ func Decide(in Input) Decision {
 				continue
 			}
 			free -= cost
-			for b, pods := range in.Drains[m.Name].Needs {
+			for b, pods := range drain.Needs {
 				taken[b] += len(pods)
 			}
 			t := likenv1.RebootTurn{
@@ -474,6 +481,9 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target string
 		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
 			"Took back the turn of machine %s: the Machine was deleted", t.Machine)}, true
 	}
+	if t.Reason == likenv1.TurnRestartK3s {
+		return endRestartK3s(t, m, node)
+	}
 	boot := m.Status.Observed.BootID
 	if boot != "" && boot != t.BootID {
 		return endAfterBoot(t, m, node, target)
@@ -584,7 +594,7 @@ func endBeforeStart(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended,
 		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
 			"Took back the turn of machine %s before it started: %s", m.Name, why)}, true
 	}
-	if !rules.Cleared(m, t.Change) {
+	if needsApproval(m) && !rules.Cleared(m, t.Change) {
 		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
 			"Took back the turn of machine %s before it started: its approval (annotation %s) no longer matches change %q",
 			m.Name, likenv1.AnnotationApprovedChange, t.Change)}, true
@@ -649,7 +659,7 @@ func waiting(machines []*likenv1.Machine, skip func(string) bool) []*likenv1.Mac
 		if m.Status.Phase != likenv1.MachineUpdatePending && m.Status.Phase != likenv1.MachineRebootPending {
 			continue
 		}
-		if !rules.Cleared(m, m.Status.Change) {
+		if needsApproval(m) && !rules.Cleared(m, m.Status.Change) {
 			continue
 		}
 		out = append(out, m)
@@ -671,11 +681,81 @@ func findMachine(machines []*likenv1.Machine, name string) *likenv1.Machine {
 	return nil
 }
 
+// reasonFor is the turn machine m asks for: Release when a release is
+// staged, RestartK3s when every pending change is of class RestartK3s (a
+// leader restarts k3s in place; the node daemon lists them and asks for a
+// reboot turn first when anything else waits), else Reboot.
 func reasonFor(m *likenv1.Machine) likenv1.TurnReason {
-	if m.Status.Phase == likenv1.MachineUpdatePending {
+	switch {
+	case m.Status.Phase == likenv1.MachineUpdatePending:
 		return likenv1.TurnRelease
+	case restartsK3s(m):
+		return likenv1.TurnRestartK3s
 	}
 	return likenv1.TurnReboot
+}
+
+// restartsK3s is true when machine m lists pending changes and all are of
+// class RestartK3s.
+func restartsK3s(m *likenv1.Machine) bool {
+	if len(m.Status.Pending) == 0 {
+		return false
+	}
+	for _, p := range m.Status.Pending {
+		if p.Class != likenv1.ClassRestartK3s {
+			return false
+		}
+	}
+	return true
+}
+
+// needsApproval is true when machine m waits for liken approve-reboot
+// before its turn: rebootPolicy Manual governs reboots, and a RestartK3s
+// turn reboots nothing.
+func needsApproval(m *likenv1.Machine) bool {
+	return rules.IsManual(m) && reasonFor(m) != likenv1.TurnRestartK3s
+}
+
+// endRestartK3s says whether the RestartK3s turn t of machine m ends, and
+// how. The machine restarts k3s in place and reports the turn's change
+// until its Node is Ready again with a heartbeat later than the restart;
+// the turn then ends once the operator too sees the Node Ready, from the
+// machine's boot, with a heartbeat after the grant, so the next leader
+// never goes down while this one's datastore member is not back. A
+// machine that cannot restart k3s keeps the turn (it reads Degraded with
+// the turn's change) until it does, or the stall timeout halts the
+// rollout. A turn whose change vanished before the restart ends the same
+// way, at the kubelet's next Ready after the grant.
+func endRestartK3s(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool) {
+	holding := m.Status.Change == t.Change
+	switch m.Status.Phase {
+	case likenv1.MachineRebooting, likenv1.MachineUpdating, likenv1.MachineLost:
+		return Ended{}, false
+	case likenv1.MachineDegraded:
+		if holding {
+			return Ended{}, false // its restart failed: k3s may be down
+		}
+		return endBeforeStart(t, m, node)
+	}
+	if holding {
+		// Not started yet, or back from a power cut before its restart:
+		// the machine takes the turn.
+		return Ended{}, false
+	}
+	// Done by the machine's word: its Node must show k3s back. A Ready
+	// from before the grant (Kubernetes keeps a silent Node Ready for
+	// about 40 s) or from an earlier boot proves nothing.
+	switch {
+	case node.State == fleet.NodeNotReady:
+		return Ended{}, false
+	case node.State == fleet.NodeMissing:
+	case node.BootID != "" && m.Status.Observed.BootID != "" && node.BootID != m.Status.Observed.BootID:
+		return Ended{}, false
+	case !node.Heartbeat.After(t.GrantedAt.Time):
+		return Ended{}, false
+	}
+	return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
+		"Machine %s finished its RestartK3s turn: k3s restarted in place and the node is Ready again (%s)", m.Name, m.Status.Phase)}, true
 }
 
 // oldestStalled is the turn held longest past the stall timeout (by
@@ -747,7 +827,7 @@ func blocking(machines []*likenv1.Machine, leaders bool, pending func(*likenv1.M
 		if note == "" {
 			note = "no status yet"
 		}
-		if m.Status.Change != "" && !rules.Cleared(m, m.Status.Change) && !inLedger(m.Name) {
+		if needsApproval(m) && m.Status.Change != "" && !rules.Cleared(m, m.Status.Change) && !inLedger(m.Name) {
 			note += ", waits for `liken approve-reboot " + m.Spec.Cluster + " " + m.Name + "`"
 		}
 		if i := slices.IndexFunc(skipped, func(s Skip) bool { return s.Machine == m.Name }); i >= 0 {

@@ -99,6 +99,10 @@ type Daemon struct {
 	// pendingEvents wait for the next reconcile, which has the objects.
 	pendingEvents []pendingEvent
 
+	// k3sWaitingFor says what a RestartK3s turn waits for after the
+	// restart.
+	k3sWaitingFor string
+
 	trialTimer          clock.Timer
 	trialWaitingFor     string
 	statusWrittenInBoot bool

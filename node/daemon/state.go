@@ -56,6 +56,13 @@ type diskState struct {
 	Trial *trialRecord `json:"trial,omitempty"`
 	// TrialFailure is the last trial that failed, while it still matters.
 	TrialFailure *trialFailure `json:"trialFailure,omitempty"`
+	// K3sRestartDue is set when a leader's RestartK3s turn ended before
+	// the restart was confirmed (the turn left the ledger while the
+	// restart failed or was under way): what k3s runs is not known, so
+	// the leader asks for a turn to restart it with the declared
+	// configuration, even one Applied already holds. (An older daemon
+	// ignores it.)
+	K3sRestartDue bool `json:"k3sRestartDue,omitempty"`
 }
 
 // Since is when a pending change was first seen, for one value.
@@ -80,6 +87,17 @@ type turnRecord struct {
 	StartedAt time.Time `json:"startedAt"`
 	// Rebooted is set right before the reboot.
 	Rebooted bool `json:"rebooted,omitempty"`
+	// K3s is set for a leader's RestartK3s turn: the configuration k3s
+	// restarts with. Such a turn has no cordon, drain or reboot; a boot
+	// that finds it from an earlier boot drops it like any turn (the
+	// boot started k3s with Applied, and the change asks again if it is
+	// not in Applied).
+	K3s *changes.Config `json:"k3s,omitempty"`
+	// RestartedAt is, for a RestartK3s turn, when the restart of k3s
+	// began, written with Applied once the restart succeeded. The turn
+	// ends once the Node of this boot is Ready with a heartbeat in a
+	// later second.
+	RestartedAt time.Time `json:"restartedAt,omitempty"`
 }
 
 // trialRecord is a trial boot armed by the turn.

@@ -30,6 +30,9 @@ func (d *Daemon) phase(v *view) likenv1.MachinePhase {
 		return likenv1.MachineRebooting
 	case d.degraded(v) != "":
 		return likenv1.MachineDegraded
+	case d.k3sHeld() != nil:
+		// A leader's RestartK3s turn: k3s restarts in place.
+		return likenv1.MachineRebooting
 	case v.downloading:
 		return likenv1.MachineDownloading
 	case v.staged:
@@ -73,6 +76,10 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 			st.Change = d.st.Turn.Change
 		}
 		st.Pending = v.pending
+	case d.k3sHeld() != nil:
+		// Reported until the node is Ready again, whatever else waits.
+		st.Change = d.k3sHeld().Change
+		st.Pending = v.pending
 	default:
 		st.Pending = v.pending
 		if d.asking(v) {
@@ -106,6 +113,13 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	}
 	// RebootPending.
 	switch {
+	case d.k3sHeld() != nil:
+		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "TurnTaken", fmt.Sprintf("the machine holds its leader turn for change %s: k3s restarts in place (no cordon, no drain, no reboot)", st.Change))
+	case st.Phase == likenv1.MachineRebootPending && v.k3sTurn:
+		// No approval: rebootPolicy governs reboots, and a k3s restart
+		// keeps the pods running.
+		set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
+			fmt.Sprintf("change %s (%s) waits for a leader turn from cluster-operator to restart k3s in place: leaders restart k3s one at a time, so the datastore keeps its majority; no cordon, no drain, no reboot", st.Change, pendingFields(st.Pending)))
 	case st.Phase == likenv1.MachineUpdatePending || st.Phase == likenv1.MachineRebootPending:
 		if rules.Cleared(m, st.Change) {
 			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
@@ -155,6 +169,12 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	// ConfigApplied.
 	if d.configErr != nil {
 		set(ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, d.configErr.Error()+"; correct the value in the Machine or Cluster, liken retries")
+	} else if len(v.k3s) > 0 {
+		msg := fmt.Sprintf("applied, except %s, which wait for this leader's turn to restart k3s (see the RebootPending condition)", strings.Join(changes.Paths(v.k3s), ", "))
+		if !v.k3sTurn {
+			msg = fmt.Sprintf("applied, except %s, which wait for a leader turn to restart k3s after the reboot that waits", strings.Join(changes.Paths(v.k3s), ", "))
+		}
+		set(ConditionConfigApplied, metav1.ConditionTrue, "WaitingForLeaderTurn", msg)
 	} else if len(v.nextBoot) > 0 {
 		set(ConditionConfigApplied, metav1.ConditionTrue, "WaitingForNextBoot", fmt.Sprintf("applied; %s take effect at the next boot, whatever causes it", strings.Join(changes.Paths(v.nextBoot), ", ")))
 	} else {
@@ -188,6 +208,9 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		}
 		return fmt.Sprintf("release %s is not staged yet; see the ReleaseVerified condition", v.target.Version)
 	case likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
+		if v.k3sTurn {
+			return "a change waits for a leader turn to restart k3s; see the RebootPending condition"
+		}
 		return "a change waits for a reboot; see the RebootPending condition"
 	case likenv1.MachineUpdating:
 		if d.mode == modeTrial {
@@ -195,6 +218,12 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		}
 		return "cordon, drain and reboot into the new release"
 	case likenv1.MachineRebooting:
+		if t := d.k3sHeld(); t != nil {
+			if t.RestartedAt.IsZero() {
+				return "restarting k3s in place in the leader turn (no cordon, no drain, no reboot)"
+			}
+			return "restarted k3s in place in the leader turn; the turn ends once the node is Ready again: " + d.k3sWaitingFor
+		}
 		return "cordon, drain and reboot"
 	}
 	return string(st.Phase)

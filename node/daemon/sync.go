@@ -24,6 +24,7 @@ import (
 const (
 	ReasonConfigApplied     = "ConfigApplied"
 	ReasonK3sRestarted      = "K3sRestarted"
+	ReasonK3sBack           = "K3sBack"
 	ReasonApplyFailed       = "ApplyFailed"
 	ReasonDownloadStarted   = "DownloadStarted"
 	ReasonReleaseStaged     = "ReleaseStaged"
@@ -42,7 +43,8 @@ const (
 )
 
 // ConditionConfigApplied on a Machine: every Live and RestartK3s change is
-// applied; the message lists what waits for the next boot.
+// applied (on a leader, a RestartK3s change may wait for its leader turn);
+// the message lists what waits for the next boot or the turn.
 const ConditionConfigApplied = "ConfigApplied"
 
 // view is what one reconcile works out before it acts and reports.
@@ -64,7 +66,13 @@ type view struct {
 	desired   changes.Config
 	rebootCfg []changes.Change
 	nextBoot  []changes.Change
-	request   string
+	// k3s are, on a leader, the RestartK3s changes that wait for a leader
+	// turn (a worker applies them at once).
+	k3s     []changes.Change
+	request string
+	// k3sTurn: the change asks for a RestartK3s turn (only RestartK3s
+	// changes wait; a reboot turn goes first when anything needs one).
+	k3sTurn bool
 
 	pending []likenv1.PendingChange
 	change  string
@@ -115,6 +123,7 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 	d.syncConfig(ctx, v)
 	d.syncRelease(ctx, v)
 	d.plan(v)
+	d.syncK3sTurn(ctx, v)
 	d.syncTurn(ctx, v)
 	if err := d.syncCordon(ctx, v); err != nil {
 		return 0, err
@@ -205,7 +214,10 @@ func (d *Daemon) syncConfig(ctx context.Context, v *view) {
 		log.Info("Applied live changes", "fields", changes.Paths(live))
 		d.event(v.m, v.c, "Normal", ReasonConfigApplied, "ApplyLive", "Applied %s live", strings.Join(changes.Paths(live), ", "))
 	}
-	if k3s := changes.Only(diff, likenv1.ClassRestartK3s); len(k3s) > 0 {
+	// A leader restarts k3s only in a leader turn (syncK3sTurn): its
+	// datastore member goes down with it, and the datastore needs a
+	// majority of the leaders.
+	if k3s := changes.Only(diff, likenv1.ClassRestartK3s); len(k3s) > 0 && applied.Role != likenv1.RoleLeader {
 		cfg := changes.Merge(applied, v.desired, likenv1.ClassLive, likenv1.ClassRestartK3s)
 		if err := d.o.Applier.RestartK3s(ctx, cfg, k3s); err != nil {
 			d.configFailed(ctx, v, "k3s restart for "+strings.Join(changes.Paths(k3s), ", "), err)
@@ -246,6 +258,14 @@ func (d *Daemon) pendingConfig(v *view) {
 	diff := changes.Diff(*d.st.Applied, v.desired)
 	v.rebootCfg = changes.Only(diff, likenv1.ClassReboot)
 	v.nextBoot = changes.Only(diff, likenv1.ClassNextBoot)
+	v.k3s = nil
+	if d.st.Applied.Role == likenv1.RoleLeader {
+		v.k3s = changes.Only(diff, likenv1.ClassRestartK3s)
+		if len(v.k3s) == 0 && d.st.K3sRestartDue {
+			// What k3s runs is not known: restart it with what is declared.
+			v.k3s = []changes.Change{{Field: changes.FieldK3sArgs, Class: likenv1.ClassRestartK3s, Value: "restart-due"}}
+		}
+	}
 }
 
 func (d *Daemon) configFailed(ctx context.Context, v *view, what string, err error) {
@@ -293,6 +313,17 @@ func (d *Daemon) plan(v *view) {
 		add(changes.FieldRebootRequest, likenv1.ClassReboot, r)
 		ids = append(ids, "request="+r)
 	}
+	// A leader's RestartK3s changes are listed; they ask for a turn of
+	// their own only when nothing waits for a reboot (the reboot turn goes
+	// first, and they ask after it).
+	rebootAsk := len(ids) > 0
+	for _, c := range v.k3s {
+		add(c.Field, c.Class, c.Value)
+		if !rebootAsk {
+			ids = append(ids, c.Field+"="+c.Value)
+		}
+	}
+	v.k3sTurn = !rebootAsk && len(v.k3s) > 0
 	for _, c := range v.nextBoot {
 		// Remembered for since, not listed: they ask for no reboot.
 		s := since(c.Field, c.Value)

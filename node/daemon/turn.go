@@ -63,6 +63,9 @@ func (d *Daemon) syncTurn(ctx context.Context, v *view) {
 		d.event(v.m, v.c, "Normal", ReasonTurnTakenBack, "GiveBack", "Gave back the turn for change %s before rebooting (%s); the node is uncordoned if liken cordoned it, and the machine waits again", h.change, why)
 		return
 	}
+	if t := d.st.Turn; t != nil && t.K3s != nil {
+		return // a RestartK3s turn: syncK3sTurn's
+	}
 	if t := d.st.Turn; t != nil && t.BootID == d.o.Boot.BootID {
 		// A turn this boot started before the daemon restarted.
 		if !granted(t.Change) || v.change != t.Change || d.mode != modeNormal {
@@ -75,7 +78,7 @@ func (d *Daemon) syncTurn(ctx context.Context, v *view) {
 		d.startTurn(ctx, v, false)
 		return
 	}
-	if !d.asking(v) || !granted(v.change) {
+	if !d.asking(v) || !granted(v.change) || v.k3sTurn {
 		return
 	}
 	if !rules.Cleared(v.m, v.change) {

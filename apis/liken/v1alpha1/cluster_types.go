@@ -282,13 +282,18 @@ const (
 	// TurnReboot is a turn for any other reboot: a staged change of class
 	// Reboot, or a reboot a person requested.
 	TurnReboot TurnReason = "Reboot"
+	// TurnRestartK3s is a leader's turn to restart k3s in place for a
+	// change of class RestartK3s: no cordon, no drain, no reboot. Leaders
+	// take it one at a time, so the datastore keeps its majority; workers
+	// restart k3s without a turn.
+	TurnRestartK3s TurnReason = "RestartK3s"
 )
 
 // RebootTurn is one entry of the turn ledger.
 type RebootTurn struct {
 	// Machine holds the turn.
 	Machine string `json:"machine"`
-	// Reason is Release or Reboot.
+	// Reason is Release, Reboot or RestartK3s.
 	Reason TurnReason `json:"reason"`
 	// Change is the change the turn was granted for (the machine's
 	// status.change when the turn was granted).
@@ -297,8 +302,9 @@ type RebootTurn struct {
 	// Leader is true when the machine is a leader.
 	// +optional
 	Leader bool `json:"leader,omitempty"`
-	// BootID is the machine's boot ID when the turn was granted; the turn
-	// is done once the machine reports Ready from a later boot.
+	// BootID is the machine's boot ID when the turn was granted; a
+	// Release or Reboot turn is done once the machine reports Ready from a
+	// later boot.
 	// +optional
 	BootID string `json:"bootID,omitempty"`
 	// Version is, for a Release turn, the release the machine staged when

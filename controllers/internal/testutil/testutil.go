@@ -149,6 +149,15 @@ func WantsReboot(m *likenv1.Machine) {
 	m.Status.Change = "change-" + m.Name
 }
 
+// WantsRestartK3s lists a change of class RestartK3s that waits for a
+// leader turn, as a leader's node daemon does: phase RebootPending,
+// change "change-<name>".
+func WantsRestartK3s(m *likenv1.Machine) {
+	m.Status.Phase = likenv1.MachineRebootPending
+	m.Status.Change = "change-" + m.Name
+	m.Status.Pending = []likenv1.PendingChange{{Field: "cluster.spec.settings.k3sArgs", Class: likenv1.ClassRestartK3s}}
+}
+
 // Change sets status.change.
 func Change(ch string) func(*likenv1.Machine) {
 	return func(m *likenv1.Machine) { m.Status.Change = ch }

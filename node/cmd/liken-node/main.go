@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -171,7 +173,7 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		o.Applier, o.Observer = a, a
 	case "record":
 		r := changes.NewRecorder(filepath.Join(f.root, "applier.log"))
-		o.Applier, o.Observer = r, r
+		o.Applier, o.Observer = &labKubelet{Recorder: r, kube: kube, node: f.machine, bootID: bi.BootID}, r
 	}
 	d, err := daemon.New(o)
 	if err != nil {
@@ -205,3 +207,36 @@ func joinCluster(ctx context.Context, f runFlags) error {
 // joinTimeout bounds a join: in a trial boot, a machine that cannot join
 // gives the trial up well before its timeout.
 const joinTimeout = 2 * time.Minute
+
+// labKubelet is the lab's applier: a Recorder whose RestartK3s also does
+// what the kubelet that k3s starts again does on a machine: it posts the
+// Node's Ready with a new heartbeat, in a later second than the restart
+// began (a k3s restart takes seconds). The lab's simulated kubelet (kwok)
+// posts nothing for a Node that stays Ready, and a leader's RestartK3s
+// turn ends only on such a heartbeat.
+type labKubelet struct {
+	*changes.Recorder
+	kube   kubernetes.Interface
+	node   string
+	bootID string
+}
+
+// RestartK3s records the restart, then posts the Node's Ready as the
+// restarted kubelet.
+func (l *labKubelet) RestartK3s(ctx context.Context, cfg changes.Config, changed []changes.Change) error {
+	began := time.Now()
+	if err := l.Recorder.RestartK3s(ctx, cfg, changed); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(began.Truncate(time.Second).Add(time.Second).Sub(time.Now())):
+	}
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q},"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":%q}]}}`, l.bootID, now)
+	if _, err := l.kube.CoreV1().Nodes().Patch(ctx, l.node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("posting the Node's Ready after the simulated restart of k3s: %w", err)
+	}
+	return nil
+}

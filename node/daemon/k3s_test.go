@@ -1,0 +1,327 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/daemon"
+)
+
+// k3sApplier is the machine's Recorder, with a RestartK3s that fails
+// while fail is set, or hangs until its context ends (a daemon stopped in
+// the middle of the restart) while hang is set.
+type k3sApplier struct {
+	*changes.Recorder
+	mu   sync.Mutex
+	fail error
+	hang chan struct{}
+}
+
+func (a *k3sApplier) RestartK3s(ctx context.Context, cfg changes.Config, changed []changes.Change) error {
+	a.mu.Lock()
+	fail, hang := a.fail, a.hang
+	a.mu.Unlock()
+	if hang != nil {
+		close(hang)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if fail != nil {
+		return fail
+	}
+	return a.Recorder.RestartK3s(ctx, cfg, changed)
+}
+
+func (a *k3sApplier) set(fail error, hang chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fail, a.hang = fail, hang
+}
+
+// newLeader is a Ready leader (rebootPolicy Manual) and its daemon.
+func newLeader(t *testing.T, o daemon.Options) (*env, func() daemon.Options) {
+	e := newEnv(t, likenv1.RebootManual)
+	e.editMachine(func(m *likenv1.Machine) { m.Spec.Role = likenv1.RoleLeader })
+	opts := func() daemon.Options {
+		out := e.options()
+		out.Applier = o.Applier
+		return out
+	}
+	return e, opts
+}
+
+// grantK3s plays cluster-operator: it records a RestartK3s turn for the
+// change the leader reports, and returns the change.
+func (e *env) grantK3s() string {
+	e.t.Helper()
+	m := e.machine()
+	assert.Assert(e.t, m.Status.Change != "", "the machine asks for no turn")
+	c := e.cluster()
+	c.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Reason: likenv1.TurnRestartK3s, Change: m.Status.Change, Leader: true,
+		BootID: m.Status.Observed.BootID, GrantedAt: metav1.Now()}}
+	_, err := e.lk.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+	assert.NilError(e.t, err)
+	return m.Status.Change
+}
+
+// kubeletBack posts the Node's Ready as the kubelet that k3s started
+// again does: this boot's ID, a heartbeat a second after now.
+func (e *env) kubeletBack() {
+	e.t.Helper()
+	e.mu.Lock()
+	id := e.bootID
+	e.mu.Unlock()
+	n := e.node()
+	n.Status.NodeInfo.BootID = id
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(time.Now().Add(time.Second))}}
+	_, err := e.kube.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+	assert.NilError(e.t, err)
+}
+
+func (e *env) restarts() int { return e.m.Recorder.Count(changes.OpRestartK3s) }
+
+var newArgs = []string{"--kubelet-arg=max-pods=200"}
+
+// waitingForTurn waits until the leader lists the k3sArgs change and asks
+// for a leader turn, and checks that k3s was not restarted.
+func (e *env) waitingForTurn() *likenv1.Machine {
+	e.t.Helper()
+	m := e.waitFor("the leader asks for a leader turn", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != "" &&
+			cond(m, likenv1.ConditionRebootPending).Reason == likenv1.ReasonAwaitingTurn
+	})
+	assert.DeepEqual(e.t, m.Status.Pending, []likenv1.PendingChange{{Field: changes.FieldK3sArgs, Class: likenv1.ClassRestartK3s, Since: m.Status.Pending[0].Since}})
+	assert.Assert(e.t, is.Contains(cond(m, likenv1.ConditionRebootPending).Message, "leader turn"))
+	assert.Equal(e.t, e.restarts(), 0, "a leader restarts k3s only in its turn")
+	return m
+}
+
+// TestLeaderRestartsK3sOnlyInItsTurn: a leader does not restart k3s for a
+// RestartK3s change until cluster-operator grants it a turn (no approval
+// needed, even when Manual); it then restarts k3s once, without cordon,
+// drain or reboot, and holds the turn until its Node is Ready with a
+// heartbeat later than the restart: the Ready from before does not end it.
+func TestLeaderRestartsK3sOnlyInItsTurn(t *testing.T) {
+	for _, tc := range classCases {
+		if tc.class != likenv1.ClassRestartK3s {
+			continue
+		}
+		t.Run(tc.field, func(t *testing.T) {
+			e, opts := newLeader(t, daemon.Options{})
+			e.addPod("web", false)
+			r := e.m.Start(t, opts())
+			e.waitPhase(likenv1.MachineReady)
+			e.change(tc)
+			m := e.waitFor("the leader asks for a leader turn", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
+			})
+			assert.Equal(t, m.Status.Pending[0].Field, tc.field)
+			assert.Equal(t, m.Status.Pending[0].Class, likenv1.ClassRestartK3s)
+			assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn, "no approval for a k3s restart")
+			assert.Equal(t, e.restarts(), 0)
+
+			change := e.grantK3s()
+			rec := e.recorded(changes.OpRestartK3s, tc.field)
+			assert.DeepEqual(t, rec.Fields, []string{tc.field})
+			// The Node's Ready from before the restart does not end the turn.
+			m = e.waitFor("holding the turn until the node is Ready again", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineRebooting &&
+					strings.Contains(cond(m, likenv1.ConditionReady).Message, "is not later than the restart of k3s")
+			})
+			assert.Equal(t, m.Status.Change, change, "the change is reported while the turn is held")
+			e.waitEvent(daemon.ReasonK3sRestarted, change)
+
+			e.kubeletBack()
+			m = e.waitFor("Ready once the node is back", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineReady
+			})
+			assert.Equal(t, m.Status.Change, "")
+			assert.Assert(t, is.Len(m.Status.Pending, 0))
+			e.waitEvent(daemon.ReasonK3sBack, change)
+			assert.Equal(t, e.restarts(), 1)
+			assert.Equal(t, e.m.Boots(), 1, "no reboot")
+			assert.Assert(t, is.Len(e.evictions(), 0), "no drain")
+			assert.Assert(t, !e.node().Spec.Unschedulable, "no cordon")
+			exited, _ := r.Exited()
+			assert.Assert(t, !exited)
+		})
+	}
+}
+
+// TestLeaderK3sChangeWaitsBehindAReboot: a leader with a Reboot change
+// and a RestartK3s change asks for the reboot turn first (the k3s change
+// is listed, and asks for its own turn after the reboot).
+func TestLeaderK3sChangeWaitsBehindAReboot(t *testing.T) {
+	e, opts := newLeader(t, daemon.Options{})
+	e.editMachine(func(m *likenv1.Machine) { m.Spec.RebootPolicy = likenv1.RebootAuto })
+	r := e.m.Start(t, opts())
+	e.waitPhase(likenv1.MachineReady)
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Settings.K3sArgs = newArgs
+		c.Spec.Settings.KernelArgs = []string{"quiet"}
+	})
+	m := e.waitFor("both listed", func(m *likenv1.Machine) bool { return len(m.Status.Pending) == 2 })
+	assert.Equal(t, m.Status.Phase, likenv1.MachineRebootPending)
+	e.grant()
+	waitExit(t, r)
+	assert.Equal(t, e.restarts(), 0)
+
+	r = e.m.Start(t, opts())
+	e.waitingForTurn()
+	e.revoke() // cluster-operator ends the reboot turn
+	e.grantK3s()
+	e.recorded(changes.OpRestartK3s, changes.FieldK3sArgs)
+	e.kubeletBack()
+	e.waitPhase(likenv1.MachineReady)
+	assert.Equal(t, e.m.Boots(), 2)
+}
+
+// TestK3sTurnSurvivesRestartsAndPowerCuts cuts the leader's turn at each
+// write: the daemon restarts (same boot) or the power fails (new boot)
+// between the grant, the restart of k3s and the report. The change is
+// never lost, k3s restarts with it, and the turn ends.
+func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
+	cases := []struct {
+		name string
+		// cut stops the daemon after the grant; true when the power failed
+		// (the next start is a new boot).
+		cut func(e *env, a *k3sApplier, r interface{ Stop() error }) bool
+		// restarts of k3s expected in the end, and whether the boot
+		// applied the new arguments.
+		restarts    int
+		bootApplies bool
+	}{
+		{
+			name: "daemon stopped during the restart restarts k3s again",
+			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
+				hang := make(chan struct{})
+				a.set(nil, hang)
+				e.grantK3s()
+				<-hang
+				assert.NilError(e.t, r.Stop())
+				a.set(nil, nil)
+				return false
+			},
+			restarts: 1,
+		},
+		{
+			name: "daemon stopped after the restart waits for the node, no second restart",
+			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
+				e.grantK3s()
+				e.waitEvent(daemon.ReasonK3sRestarted, "")
+				assert.NilError(e.t, r.Stop())
+				return false
+			},
+			restarts: 1,
+		},
+		{
+			name: "power cut during the restart: the boot runs the old arguments and the turn is taken again",
+			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
+				hang := make(chan struct{})
+				a.set(nil, hang)
+				e.grantK3s()
+				<-hang
+				assert.NilError(e.t, r.Stop())
+				a.set(nil, nil)
+				return true
+			},
+			restarts: 1,
+		},
+		{
+			name: "power cut after the restart: the boot applies the new arguments",
+			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
+				e.grantK3s()
+				e.waitEvent(daemon.ReasonK3sRestarted, "")
+				assert.NilError(e.t, r.Stop())
+				return true
+			},
+			restarts: 1, bootApplies: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &k3sApplier{}
+			e, opts := newLeader(t, daemon.Options{Applier: a})
+			a.Recorder = e.m.Recorder
+			r := e.m.Start(t, opts())
+			e.waitPhase(likenv1.MachineReady)
+			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
+			change := e.waitingForTurn().Status.Change
+			newBoot := tc.cut(e, a, r)
+			if newBoot {
+				r = e.m.Start(t, opts())
+				e.waitFor("the new boot reported", func(m *likenv1.Machine) bool { return m.Status.Observed.BootID == r.Boot.BootID })
+				var boots []changes.Record
+				for _, rec := range e.m.Recorder.Records() {
+					if rec.Op == changes.OpBoot {
+						boots = append(boots, rec)
+					}
+				}
+				assert.Equal(t, len(boots), 2)
+				assert.Equal(t, len(boots[1].Config.Settings.K3sArgs) > 0, tc.bootApplies, "the boot starts k3s with Applied")
+			} else {
+				r = e.m.StartIn(t, opts(), r.Boot)
+			}
+			if !tc.bootApplies {
+				m := e.waitFor("the turn held again and k3s restarted", func(m *likenv1.Machine) bool {
+					return m.Status.Phase == likenv1.MachineRebooting && e.restarts() == tc.restarts
+				})
+				assert.Equal(t, m.Status.Change, change)
+				e.kubeletBack()
+			}
+			m := e.waitFor("Ready with the change applied", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
+			})
+			assert.Equal(t, m.Status.Change, "")
+			assert.Equal(t, e.restarts(), tc.restarts)
+		})
+	}
+}
+
+// TestK3sRestartFailsInTheTurn: a restart that fails keeps the turn (the
+// leader's k3s may be down: no other leader may go) and reads Degraded; it
+// is retried; if the turn leaves the ledger before a restart succeeded,
+// the leader asks for another turn even when the declared value went
+// back to what Applied holds, since what k3s runs is not known.
+func TestK3sRestartFailsInTheTurn(t *testing.T) {
+	a := &k3sApplier{}
+	e, opts := newLeader(t, daemon.Options{Applier: a})
+	a.Recorder = e.m.Recorder
+	e.m.Start(t, opts())
+	e.waitPhase(likenv1.MachineReady)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
+	e.waitingForTurn()
+	a.set(errors.New("k3s.service failed to start"), nil)
+	change := e.grantK3s()
+	m := e.waitFor("Degraded, holding the turn", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineDegraded && strings.Contains(cond(m, likenv1.ConditionReady).Message, "k3s.service failed to start")
+	})
+	assert.Equal(t, m.Status.Change, change, "the turn is held: the operator must not give the next leader a turn")
+
+	// A person puts the old value back and releases the turn.
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = nil })
+	e.revoke()
+	e.waitEvent(daemon.ReasonTurnTakenBack, change)
+	a.set(nil, nil)
+	m = e.waitFor("asking again to restart k3s", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != "" && m.Status.Change != change
+	})
+	assert.Equal(t, m.Status.Pending[0].Class, likenv1.ClassRestartK3s)
+	e.grantK3s()
+	rec := e.recorded(changes.OpRestartK3s, "")
+	assert.Assert(t, is.Len(rec.Config.Settings.K3sArgs, 0), "k3s restarts with the declared arguments")
+	e.kubeletBack()
+	m = e.waitPhase(likenv1.MachineReady)
+	assert.Equal(t, m.Status.Change, "")
+}
