@@ -79,6 +79,7 @@ type lab struct {
 	client versioned.Interface
 	kube   kubernetes.Interface
 	w      *watcher
+	disk   *diskChecker
 	// up is when liken lab up returned.
 	up time.Time
 }
@@ -138,10 +139,12 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 		if l.w != nil {
 			if !t.Failed() {
 				l.w.settle(t)
+				t.Logf("watcher: re-hashed %d slot stages on the machines' disks as they were reported", l.disk.stop())
 				l.w.assertNoViolations(t)
 			} else {
 				// Show what broke, from what was delivered, without
 				// waiting on an API server that may be the problem.
+				l.disk.stop()
 				l.w.evaluateDelivered()
 			}
 			l.w.stop()
@@ -171,7 +174,10 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 	assert.NilError(t, err)
 	t.Logf("lab %s up in %s", name, l.up.Sub(start).Round(100*time.Millisecond))
 
-	l.w = startWatcher(t, l.client, l.kube, name)
+	disk := newDiskChecker(l)
+	l.w = startWatcher(t, l.client, l.kube, name, disk.enqueue)
+	l.disk = disk
+	disk.start(l.w)
 	return l
 }
 
@@ -533,26 +539,9 @@ func (l *lab) checkBootedAndStaged() {
 			default:
 				continue
 			}
-			dir := filepath.Join(l.machineDir(m.Name), "disk", "slots", s.Name)
-			doc, err := os.ReadFile(filepath.Join(dir, "release.yaml"))
-			assert.NilError(l.t, err, "machine %s slot %s (%s %s)", m.Name, s.Name, s.State, s.Version)
-			assert.Equal(l.t, digestOf(doc), catalog[s.Version], "machine %s slot %s (%s): release.yaml is not the catalogued %s", m.Name, s.Name, s.State, s.Version)
 			assert.Assert(l.t, !corrupt[s.Version], "machine %s slot %s holds corrupt release %s as %s", m.Name, s.Name, s.Version, s.State)
-			var rd struct {
-				Version   string `json:"version"`
-				Artifacts []struct {
-					Path   string `json:"path"`
-					Size   int64  `json:"size"`
-					SHA256 string `json:"sha256"`
-				} `json:"artifacts"`
-			}
-			assert.NilError(l.t, yaml.Unmarshal(doc, &rd))
-			assert.Equal(l.t, rd.Version, s.Version)
-			for _, a := range rd.Artifacts {
-				sum, size := hashFile(l.t, filepath.Join(dir, a.Path))
-				assert.Equal(l.t, sum, a.SHA256, "machine %s slot %s: %s does not match its release document", m.Name, s.Name, a.Path)
-				assert.Equal(l.t, size, a.Size, "machine %s slot %s: %s", m.Name, s.Name, a.Path)
-			}
+			dir := filepath.Join(l.machineDir(m.Name), "disk", "slots", s.Name)
+			assert.NilError(l.t, verifySlotOnDisk(dir, s.Version, catalog[s.Version]), "machine %s slot %s (%s %s)", m.Name, s.Name, s.State, s.Version)
 		}
 		for _, mm := range upLine.FindAllStringSubmatch(l.machineLog(m.Name), -1) {
 			v := mm[1]
@@ -561,15 +550,16 @@ func (l *lab) checkBootedAndStaged() {
 	}
 }
 
-func hashFile(t *testing.T, path string) (string, int64) {
-	t.Helper()
+// hashPath returns the SHA-256 (hex) and size of the file at path.
+func hashPath(path string) (string, int64, error) {
 	f, err := os.Open(path)
-	assert.NilError(t, err)
+	if err != nil {
+		return "", 0, err
+	}
 	defer f.Close()
 	h := sha256.New()
 	n, err := io.Copy(h, f)
-	assert.NilError(t, err)
-	return hex.EncodeToString(h.Sum(nil)), n
+	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
 // dump prints what a person needs to see why a scenario failed: the

@@ -48,6 +48,10 @@ type watcher struct {
 	done    sync.WaitGroup
 	streams []*stream
 
+	// onMachine, when set, is given every Machine version as it is
+	// delivered (with w.mu held: it must not block).
+	onMachine func(*likenv1.Machine)
+
 	mu      sync.Mutex
 	pending []event
 	gaps    []string
@@ -116,11 +120,12 @@ func newWatcher(cluster string) *watcher {
 	}
 }
 
-func startWatcher(t *testing.T, c versioned.Interface, k kubernetes.Interface, cluster string) *watcher {
+func startWatcher(t *testing.T, c versioned.Interface, k kubernetes.Interface, cluster string, onMachine func(*likenv1.Machine)) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := newWatcher(cluster)
 	w.cancel = cancel
+	w.onMachine = onMachine
 	clusters, machines, nodes := c.LikenV1alpha1().Clusters(), c.LikenV1alpha1().Machines(), k.CoreV1().Nodes()
 	w.streams = []*stream{
 		{kind: "Cluster", list: func(ctx context.Context) (string, []runtime.Object, error) {
@@ -227,6 +232,9 @@ func (w *watcher) deliver(s *stream, typ watch.EventType, obj runtime.Object) {
 	}
 	rv := parseRV(acc.GetResourceVersion())
 	w.pending = append(w.pending, event{rv: rv, at: time.Now(), kind: s.kind, deleted: typ == watch.Deleted, obj: obj})
+	if m, ok := obj.(*likenv1.Machine); ok && typ != watch.Deleted && w.onMachine != nil {
+		w.onMachine(m)
+	}
 	s.lastRV = max(s.lastRV, rv)
 }
 
@@ -480,6 +488,13 @@ func (w *watcher) checkVerified(rv int64, m *likenv1.Machine) {
 }
 
 // problem records a broken invariant once per key.
+// report records a broken invariant found outside the evaluation.
+func (w *watcher) report(key, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.problem(key, msg)
+}
+
 func (w *watcher) problem(key, msg string) {
 	w.seenProbs[key]++
 	if w.seenProbs[key] == 1 {
