@@ -21,9 +21,9 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/leadership"
 	"liken.sh/liken/controllers/internal/metrics"
-	"liken.sh/liken/controllers/internal/worker"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/worker"
 )
 
 // FieldManager is the field manager of the liveness controller's writes.
@@ -75,7 +75,7 @@ type Controller struct {
 	machines likenlisters.MachineLister
 	clusters likenlisters.ClusterLister
 	queue    *worker.Queue
-	synced   []cache.InformerSynced
+	synced   []cache.DoneChecker
 
 	// verdicts orders Lost verdicts against turn decisions: a verdict is
 	// made and written under the write lock, a decision reads the
@@ -121,8 +121,7 @@ func New(cfg Config) (*Controller, error) {
 		judged:   map[string]string{},
 	}
 	c.queue = worker.New("liveness", cfg.Clock, c.sync)
-	c.synced = []cache.InformerSynced{cfg.Machines.Informer().HasSynced, cfg.Clusters.Informer().HasSynced, cfg.Leases.Informer().HasSynced}
-	if _, err := cfg.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	leases, err := cfg.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.observeLease,
 		UpdateFunc: func(_, n any) { c.observeLease(n, false) },
 		DeleteFunc: func(obj any) {
@@ -130,10 +129,11 @@ func New(cfg Config) (*Controller, error) {
 				c.queue.Add(nameOf(k))
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	if _, err := cfg.Machines.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	machines, err := cfg.Machines.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.observeMachine,
 		UpdateFunc: func(_, n any) { c.observeMachine(n, false) },
 		DeleteFunc: func(obj any) {
@@ -141,9 +141,14 @@ func New(cfg Config) (*Controller, error) {
 				c.queue.Add(k)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
+	// The syncs read what the handlers saw of the first lists (when each
+	// Lease was first seen): they wait for the handlers, not only the
+	// caches.
+	c.synced = []cache.DoneChecker{machines.HasSyncedChecker(), cfg.Clusters.Informer().HasSyncedChecker(), leases.HasSyncedChecker()}
 	return c, nil
 }
 

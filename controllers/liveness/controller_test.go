@@ -123,7 +123,7 @@ func newFixtureWith(t *testing.T, su setup, likenObjs []runtime.Object, leases .
 	f.clock.Step(su.listDelay)
 	lf.Start(ctx.Done())
 	kf.Start(ctx.Done())
-	assert.Assert(t, cache.WaitForCacheSync(ctx.Done(), ctrl.synced...))
+	assert.Assert(t, cache.WaitFor(ctx, "", ctrl.synced...))
 	return f
 }
 

@@ -28,9 +28,9 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
 	"liken.sh/liken/controllers/internal/metrics"
-	"liken.sh/liken/controllers/internal/worker"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/worker"
 	"liken.sh/liken/release"
 )
 
@@ -102,7 +102,7 @@ type Controller struct {
 	cfg      Config
 	clusters likenlisters.ClusterLister
 	queue    *worker.Queue
-	synced   cache.InformerSynced
+	synced   cache.DoneChecker
 }
 
 // New wires the controller to its informer. Call before it starts.
@@ -124,7 +124,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = release.MaxIndexBytes
 	}
-	c := &Controller{cfg: cfg, clusters: cfg.Clusters.Lister(), synced: cfg.Clusters.Informer().HasSynced}
+	c := &Controller{cfg: cfg, clusters: cfg.Clusters.Lister(), synced: cfg.Clusters.Informer().HasSyncedChecker()}
 	c.queue = worker.New("releases", cfg.Clock, c.sync)
 	fn := func(obj any) {
 		if k, ok := worker.KeyOf(obj); ok {

@@ -28,9 +28,9 @@ import (
 	"liken.sh/liken/controllers/internal/fleet"
 	"liken.sh/liken/controllers/internal/leadership"
 	"liken.sh/liken/controllers/internal/metrics"
-	"liken.sh/liken/controllers/internal/worker"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/worker"
 )
 
 // FieldManager is the field manager of the turn controller's writes.
@@ -117,7 +117,7 @@ type Controller struct {
 	budgets  cache.Indexer
 	roster   fleet.Roster
 	queue    *worker.Queue
-	synced   []cache.InformerSynced
+	synced   []cache.DoneChecker
 
 	mu sync.Mutex
 	// waitingSince is, per cluster and machine, when this copy first saw
@@ -179,8 +179,8 @@ func New(cfg Config) (*Controller, error) {
 		skipped:      map[string]map[string]string{},
 	}
 	c.queue = worker.New("turns", cfg.Clock, c.sync)
-	c.synced = []cache.InformerSynced{cfg.Clusters.Informer().HasSynced, cfg.Machines.Informer().HasSynced, cfg.Nodes.Informer().HasSynced,
-		pods.HasSynced, budgets.HasSynced}
+	c.synced = []cache.DoneChecker{cfg.Clusters.Informer().HasSyncedChecker(), cfg.Machines.Informer().HasSyncedChecker(), cfg.Nodes.Informer().HasSyncedChecker(),
+		pods.HasSyncedChecker(), budgets.HasSyncedChecker()}
 
 	enqueueCluster := func(obj any) {
 		if k, ok := worker.KeyOf(obj); ok {

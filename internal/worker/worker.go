@@ -5,6 +5,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -23,17 +24,34 @@ type SyncFunc func(ctx context.Context, key string) (requeueAfter time.Duration,
 
 // Queue feeds keys to a SyncFunc: keys are deduplicated, a key is never
 // synced by two workers at once, and failures back off exponentially
-// (5 ms doubling up to 30 s).
+// (by default 5 ms doubling up to 30 s).
 type Queue struct {
 	name  string
 	queue workqueue.TypedRateLimitingInterface[string]
 	sync  SyncFunc
 }
 
+// Option changes how a Queue retries.
+type Option func(*options)
+
+type options struct {
+	firstRetry, maxRetry time.Duration
+}
+
+// WithBackoff makes a failed key wait first before its first retry,
+// doubling up to most.
+func WithBackoff(first, most time.Duration) Option {
+	return func(o *options) { o.firstRetry, o.maxRetry = first, most }
+}
+
 // New returns a Queue named name (used in logs) whose delays run on clk.
-func New(name string, clk clock.WithTicker, sync SyncFunc) *Queue {
+func New(name string, clk clock.WithTicker, sync SyncFunc, opts ...Option) *Queue {
+	o := options{firstRetry: 5 * time.Millisecond, maxRetry: 30 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	limiter := workqueue.NewTypedMaxOfRateLimiter[string](
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.firstRetry, o.maxRetry),
 		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(20), 200)},
 	)
 	return &Queue{
@@ -55,22 +73,32 @@ func (q *Queue) AddAfter(key string, d time.Duration) { q.queue.AddAfter(key, d)
 // Len is the number of keys waiting.
 func (q *Queue) Len() int { return q.queue.Len() }
 
-// Run waits for the informers' caches, then runs workers until ctx ends.
-func (q *Queue) Run(ctx context.Context, workers int, synced ...cache.InformerSynced) error {
+// ShutDown stops the queue: no key is synced after the syncs running
+// now. Run shuts the queue down itself when ctx ends; call ShutDown for a
+// queue that Run never ran.
+func (q *Queue) ShutDown() { q.queue.ShutDown() }
+
+// Run waits for the informers' caches (it is woken as soon as they are
+// synced), then runs workers until ctx ends, and returns once the syncs
+// they were running have returned.
+func (q *Queue) Run(ctx context.Context, workers int, synced ...cache.DoneChecker) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer q.queue.ShutDown()
 	logger := klog.FromContext(ctx).WithValues("controller", q.name)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Waiting for informer caches")
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !cache.WaitFor(ctx, "", synced...) {
 		return fmt.Errorf("%s: informer caches did not sync before shutdown", q.name)
 	}
 	logger.Info("Starting workers", "count", workers)
+	var wg sync.WaitGroup
 	for range workers {
-		go wait.UntilWithContext(ctx, q.runWorker, time.Second)
+		wg.Go(func() { wait.UntilWithContext(ctx, q.runWorker, time.Second) })
 	}
 	<-ctx.Done()
 	logger.Info("Stopping workers")
+	q.queue.ShutDown()
+	wg.Wait()
 	return nil
 }
 
@@ -85,9 +113,16 @@ func (q *Queue) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer q.queue.Done(key)
+	if ctx.Err() != nil {
+		// Shutting down: the keys still queued are not synced.
+		return false
+	}
 	logger := klog.FromContext(ctx).WithValues("key", key)
 	after, err := q.sync(klog.NewContext(ctx, logger), key)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// Cut short by the shutdown: not a failure, and nothing retries.
+		q.queue.Forget(key)
 	case err != nil && apierrors.IsConflict(err):
 		// Another writer changed the object since it was read: normal
 		// between controllers; the key is synced again from the newer one.
