@@ -30,6 +30,7 @@ import (
 	"liken.sh/liken/controllers/internal/metrics"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/lastwrite"
 	"liken.sh/liken/internal/worker"
 )
 
@@ -118,6 +119,8 @@ type Controller struct {
 	roster   fleet.Roster
 	queue    *worker.Queue
 	synced   []cache.DoneChecker
+	// written is, per cluster, this copy's last writes of its status.
+	written lastwrite.Writes[*likenv1.Cluster]
 
 	mu sync.Mutex
 	// waitingSince is, per cluster and machine, when this copy first saw
@@ -126,20 +129,10 @@ type Controller struct {
 	waitingSince map[string]map[string]*wait
 	// syncs counts the syncs, to tell which waits the last one saw.
 	syncs uint64
-	// written is, per cluster, this copy's last write of its status.
-	written map[string]written
 	// skipped is, per cluster and machine, the budgets named in the last
 	// DrainWouldBlock event, so that a machine passed over sync after sync
 	// is reported once, and again only when what blocks it changes.
 	skipped map[string]map[string]string
-}
-
-// written is a write of a Cluster's status that succeeded: the
-// resourceVersion it was made against, and the Cluster the API server
-// returned.
-type written struct {
-	from    string
-	cluster *likenv1.Cluster
 }
 
 // wait is a machine seen waiting for a turn for change since a time.
@@ -175,7 +168,6 @@ func New(cfg Config) (*Controller, error) {
 		pods:         pods.GetIndexer(),
 		budgets:      budgets.GetIndexer(),
 		waitingSince: map[string]map[string]*wait{},
-		written:      map[string]written{},
 		skipped:      map[string]map[string]string{},
 	}
 	c.queue = worker.New("turns", cfg.Clock, c.sync)
@@ -334,13 +326,17 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		c.mu.Lock()
 		delete(c.skipped, key)
 		c.mu.Unlock()
-		c.setWritten(key, written{})
+		c.written.Forget(key)
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	cluster = c.latest(key, cluster)
+	// Decide from this copy's own last write until the cache shows it:
+	// deciding from the version it replaced would only earn a conflict, a
+	// backoff and a second decision. After a failed write the last one
+	// that succeeded still counts, until the cache moves past it.
+	cluster = c.written.Latest(key, cluster)
 	machines, nodes, silent, now, err := c.observe(cluster.Name)
 	if err != nil {
 		return 0, err
@@ -398,7 +394,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	c.setWritten(key, written{from: cluster.ResourceVersion, cluster: out})
+	c.written.Wrote(key, cluster.ResourceVersion, out)
 	if cluster.Status.Phase != d.Status.Phase {
 		klog.FromContext(ctx).Info("Cluster phase changed", "cluster", klog.KObj(cluster), "from", cluster.Status.Phase, "to", d.Status.Phase, "machines", d.Status.Machines)
 	}
@@ -474,39 +470,6 @@ func (c *Controller) showHalt(cluster string, halt *likenv1.RolloutHalt) {
 		}
 		c.cfg.Metrics.RolloutHalted.WithLabelValues(cluster, reason).Set(v)
 	}
-}
-
-// latest is the Cluster to decide from: cached as read from the informer,
-// unless the cache still holds the version this copy's last write
-// replaced (its own write not delivered yet), in which case it is what
-// that write returned. Deciding from the replaced version would only earn
-// a conflict, a backoff and a second decision.
-func (c *Controller) latest(key string, cached *likenv1.Cluster) *likenv1.Cluster {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w, ok := c.written[key]
-	switch {
-	case !ok:
-		return cached
-	case cached.ResourceVersion == w.from && w.cluster != nil && w.cluster.ResourceVersion != "":
-		return w.cluster
-	default:
-		// The cache caught up with the write, or moved past it.
-		delete(c.written, key)
-		return cached
-	}
-}
-
-// setWritten records this copy's last write of cluster key's status (an
-// empty w forgets it).
-func (c *Controller) setWritten(key string, w written) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w.cluster == nil {
-		delete(c.written, key)
-		return
-	}
-	c.written[key] = w
 }
 
 // trackWaiting remembers when each waiting machine was first seen waiting

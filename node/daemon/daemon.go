@@ -22,13 +22,14 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	likeninformers "liken.sh/liken/generated/informers/externalversions"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/lastwrite"
+	"liken.sh/liken/internal/worker"
 	"liken.sh/liken/node/drain"
 	"liken.sh/liken/node/slots"
 )
@@ -60,7 +61,7 @@ type Daemon struct {
 	http   *http.Client
 	slots  *slots.Store
 	events events.EventRecorder
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  *worker.Queue
 
 	machines likenlisters.MachineLister
 	clusters likenlisters.ClusterLister
@@ -108,12 +109,9 @@ type Daemon struct {
 	statusWrittenInBoot bool
 	lastProgressWrite   time.Time
 	lastStatusErr       error
-	// written is the Machine as the last status write returned it, and
-	// replaced the resourceVersions it (and the writes before it)
-	// replaced: while the informer still shows one of those, written is
-	// the newer copy.
-	written  *likenv1.Machine
-	replaced map[string]bool
+	// written is the Machine as the last status writes returned it,
+	// newer than the informer's copy until the informer delivers them.
+	written lastwrite.Writes[*likenv1.Machine]
 
 	// wdMu guards wdDone: set once the watchdog is disarmed (or let go),
 	// after which nobody feeds it.
@@ -191,9 +189,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	d.events = broadcaster.NewRecorder(Scheme(), FieldManager)
 
-	d.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "liken-node", Clock: d.clock})
+	d.queue = worker.New("liken-node", d.clock, func(ctx context.Context, _ string) (time.Duration, error) { return d.sync(ctx) },
+		worker.WithBackoff(200*time.Millisecond, 30*time.Second))
 	defer d.queue.ShutDown()
 
 	byName := func(o *metav1.ListOptions) {
@@ -233,20 +230,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		kube.Shutdown()
 	}()
 
-	log.Info("Waiting for the Machine, Cluster and Node caches")
-	// Woken when the caches are synced (WaitForCacheSync would look only
-	// every 100 ms, on every boot of a trial).
-	if !cache.WaitFor(ctx, "", mi.Informer().HasSyncedChecker(), ci.Informer().HasSyncedChecker(), ni.Informer().HasSyncedChecker()) {
-		return d.finish(ctx, log)
-	}
-	log.Info("Caches synced; reconciling")
+	// One worker reconciles, once the Machine, Cluster and Node caches
+	// are synced; it returns when ctx ends (before the caches synced,
+	// that is no failure: the daemon is stopping).
 	d.queue.Add(key)
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		for d.processNext(ctx) {
-		}
-	}()
+	d.wg.Go(func() {
+		_ = d.queue.Run(ctx, 1, mi.Informer().HasSyncedChecker(), ci.Informer().HasSyncedChecker(), ni.Informer().HasSyncedChecker())
+	})
 	<-ctx.Done()
 	return d.finish(ctx, log)
 }
@@ -272,26 +262,6 @@ func (d *Daemon) finish(ctx context.Context, log klog.Logger) error {
 	}
 	log.Info("Stopped")
 	return nil
-}
-
-func (d *Daemon) processNext(ctx context.Context) bool {
-	k, quit := d.queue.Get()
-	if quit {
-		return false
-	}
-	defer d.queue.Done(k)
-	after, err := d.sync(ctx)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		klog.FromContext(ctx).Error(err, "Reconcile failed; retrying")
-		d.queue.AddRateLimited(k)
-	default:
-		d.queue.Forget(k)
-		if after > 0 {
-			d.queue.AddAfter(k, after)
-		}
-	}
-	return true
 }
 
 // enqueue asks for a reconcile soon.

@@ -258,7 +258,7 @@ func (d *Daemon) writeStatus(ctx context.Context, v *view) error {
 	out, err := d.o.Liken.LikenV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		d.lastStatusErr = err
-		d.written, d.replaced = nil, nil
+		d.written.Forget(key)
 		if apierrors.IsConflict(err) {
 			// The cache is behind; the update event brings a new reconcile.
 			v.requeue(d.t.APIRetry)
@@ -267,31 +267,13 @@ func (d *Daemon) writeStatus(ctx context.Context, v *view) error {
 		return fmt.Errorf("writing the Machine's status: %w", err)
 	}
 	d.lastStatusErr = nil
-	if d.replaced == nil {
-		d.replaced = map[string]bool{}
-	}
-	d.replaced[v.m.ResourceVersion] = true
-	delete(d.replaced, out.ResourceVersion)
-	d.written = out
+	d.written.Wrote(key, v.m.ResourceVersion, out)
 	d.statusWrittenInBoot = true
 	if st.Download != nil {
 		d.lastProgressWrite = d.clock.Now()
 	}
 	klog.FromContext(ctx).V(2).Info("Status written", "phase", st.Phase, "change", st.Change)
 	return nil
-}
-
-// latest returns the newer of the cached Machine and the one the daemon's
-// last status write returned. The informer delivers that write a moment
-// later; a reconcile in between that worked from the cached copy would
-// write the same status again and be refused as a conflict. Call with d.mu
-// held.
-func (d *Daemon) latest(cached *likenv1.Machine) *likenv1.Machine {
-	if d.written != nil && d.replaced[cached.ResourceVersion] {
-		return d.written
-	}
-	d.written, d.replaced = nil, nil
-	return cached
 }
 
 // apiTime is t as the API server keeps a metav1.Time: to the second, in UTC.

@@ -103,7 +103,10 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	m = d.latest(m)
+	// Work from the daemon's own last status write until the informer
+	// delivers it: a reconcile that worked from the cached copy would
+	// write the same status again and be refused as a conflict.
+	m = d.written.Latest(key, m)
 	c, err := d.clusters.Get(m.Spec.Cluster)
 	if apierrors.IsNotFound(err) {
 		log.Info("Cluster does not exist yet; waiting for it", "cluster", m.Spec.Cluster)
