@@ -272,8 +272,10 @@ func TestSilentUntilTheLeasesAreListed(t *testing.T) {
 	})
 	assert.NilError(t, err)
 	assert.Assert(t, ctrl.Silent("a", tu.Epoch), "no Lease listed yet: no evidence that a is alive")
+	lf.Start(ctx.Done())
 	kf.Start(ctx.Done())
-	kf.WaitForCacheSync(ctx.Done())
+	// Until the Lease handler saw the first list, not only the cache.
+	assert.Assert(t, cache.WaitFor(ctx, "", ctrl.synced...))
 	assert.Assert(t, !ctrl.Silent("a", tu.Epoch))
 }
 
