@@ -126,17 +126,7 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 
 	clk := clock.RealClock{}
 	var lostLease atomic.Bool
-	lost := func(why string) {
-		m.Leading.Set(0)
-		if ctx.Err() != nil {
-			return // shutting down: the lease was released on purpose
-		}
-		lostLease.Store(true)
-		logger.Info("This copy lost the lease; exiting so that nothing acts on what it saw while it led", "identity", o.Identity, "why", why)
-		klog.Flush()
-		exit(ExitLostLease)
-	}
-	var lostOnce sync.Once
+	lost := exitOnLoss(ctx, func() { m.Leading.Set(0) }, &lostLease, exit)
 	lock := &leadership.RenewalTracker{
 		Interface: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: likenv1.SystemNamespace, Name: likenv1.OperatorLeaseName},
@@ -168,7 +158,7 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 						Leases: kube.CoordinationV1(), Namespace: likenv1.SystemNamespace, Name: likenv1.OperatorLeaseName,
 						Identity: o.Identity, LeaseDuration: LeaseDuration, Clock: clk, Renewals: lock,
 						OnLost: func(what string) {
-							lostOnce.Do(func() { lost("the fence found the lease held by another copy before " + what) })
+							lost("the fence found the lease held by another copy before " + what)
 						},
 					},
 				}
@@ -176,11 +166,11 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 					"identity", o.Identity, "grantFrom", term.Since.Add(o.StartupGrace).UTC().Format(time.RFC3339))
 				if err := runControllers(lctx, o, term, kube, liken, recorder, m, clk, &ready); err != nil {
 					logger.Error(err, "Controllers stopped")
-					lostOnce.Do(func() { lost(err.Error()) })
+					lost(err.Error())
 				}
 			},
 			OnStoppedLeading: func() {
-				lostOnce.Do(func() { lost("the lease could not be renewed") })
+				lost("the lease could not be renewed")
 			},
 			OnNewLeader: func(id string) {
 				if id != o.Identity {
@@ -208,6 +198,28 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 		}
 	}
 	return nil
+}
+
+// exitOnLoss returns what this copy does when it finds it lost the lease,
+// whoever finds it first (the elector, the fence, a controller that
+// stopped): it stops counting itself the leader, and, unless ctx ended (a
+// shutdown gives the lease up on purpose), records the loss in lostLease
+// and calls exit with ExitLostLease, once. Whatever the copy saw while it
+// led may be stale, so it must not go on.
+func exitOnLoss(ctx context.Context, stopLeading func(), lostLease *atomic.Bool, exit func(code int)) func(why string) {
+	var once sync.Once
+	return func(why string) {
+		once.Do(func() {
+			stopLeading()
+			if ctx.Err() != nil {
+				return
+			}
+			lostLease.Store(true)
+			klog.FromContext(ctx).Info("This copy lost the lease; exiting so that nothing acts on what it saw while it led", "why", why)
+			klog.Flush()
+			exit(ExitLostLease)
+		})
+	}
 }
 
 // runControllers starts the informers and every controller, and returns
