@@ -218,11 +218,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	kube.Start(ctx.Done())
 	defer func() {
 		if errors.Is(context.Cause(ctx), ErrRebooted) {
-			// The machine reboots: do not wait for the informers to stop.
-			// After a failed watch-list request client-go (v0.37) backs off
-			// for up to 30 s without looking at the stop channel, and a
-			// trial that gave up must reach its proven slot in time. The
-			// handlers only add to the queue, which is shut down.
+			// The machine reboots: do not wait for the informers, which
+			// can sit in a back-off of up to 30 s; a trial that gave up
+			// must reach its proven slot in time.
 			return
 		}
 		own.Shutdown()
