@@ -201,12 +201,14 @@ func Parallel(names []string, workers int, fn func(i int, name string) error) er
 // every machine report Ready on FleetVersion1 and take over its Node
 // Lease as itself.
 func (f *Fleet) createMachines() error {
-	base := f.CP.Config(controlplane.AdminUser)
-	base.QPS, base.Burst = -1, 0 // the load generator paces itself
 	mo := MachineOptions{Cluster: FleetCluster, Version: FleetVersion1, RenewEvery: f.o.RenewEvery, RebootFor: f.o.RebootFor,
 		Cordon: f.o.Nodes, SilentKubelet: !f.o.Nodes}
 	for _, name := range f.Names {
-		m, err := newMachine(f.ctx, base, f.CP.Config("system:node:"+name).BearerToken, f.Kube, &f.counts, name, mo)
+		// Every machine's token rides the same TLS settings: one shared
+		// connection.
+		cfg := f.CP.Config("system:node:" + name)
+		cfg.QPS, cfg.Burst = -1, 0 // the load generator paces itself
+		m, err := newMachine(f.ctx, cfg, f.Kube, &f.counts, name, mo)
 		if err != nil {
 			return err
 		}

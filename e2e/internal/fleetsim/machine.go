@@ -125,11 +125,9 @@ func (c *counts) failed(err error) {
 	}
 }
 
-// newMachine makes the simulator of machine name, whose clients act as
-// system:node:<name> with cfg's server and TLS settings (and its QPS).
-func newMachine(ctx context.Context, cfg *rest.Config, token string, admin kubernetes.Interface, c *counts, name string, o MachineOptions) (*Machine, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.BearerToken = token
+// newMachine makes the simulator of machine name, whose clients use cfg,
+// the machine's own identity.
+func newMachine(ctx context.Context, cfg *rest.Config, admin kubernetes.Interface, c *counts, name string, o MachineOptions) (*Machine, error) {
 	m := &Machine{name: name, o: o, ctx: ctx, admin: admin, counts: c, version: o.Version, slot: "A", boot: 1}
 	var err error
 	if m.liken, err = likenclient.NewForConfig(cfg); err != nil {
@@ -160,7 +158,7 @@ func StartMachine(ctx context.Context, t testing.TB, cp *controlplane.ControlPla
 	if err != nil {
 		t.Fatalf("admin client: %v", err)
 	}
-	m, err := newMachine(ctx, cp.Config(controlplane.AdminUser), cp.Config("system:node:"+name).BearerToken, admin, &counts{}, name, o)
+	m, err := newMachine(ctx, cp.Config("system:node:"+name), admin, &counts{}, name, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +392,10 @@ func (m *Machine) renew() error {
 		l.Spec.RenewTime = &now
 		out, err = leases.Update(m.ctx, l, metav1.UpdateOptions{})
 	}
-	if l == nil || apierrors.IsConflict(err) {
+	// Read again and retry while others write it too (the power switch in
+	// the machine's own turn, a last renewal of kwok's).
+	again := l == nil || apierrors.IsConflict(err)
+	for try := 0; again && try < 5; try++ {
 		l, err = leases.Get(m.ctx, m.name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -402,9 +403,13 @@ func (m *Machine) renew() error {
 				ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: corev1.NamespaceNodeLease},
 				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 			}, metav1.CreateOptions{})
+			again = apierrors.IsAlreadyExists(err) // created meanwhile: read it
 		case err == nil:
 			l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(m.name), &now
 			out, err = leases.Update(m.ctx, l, metav1.UpdateOptions{})
+			again = apierrors.IsConflict(err)
+		default:
+			again = false
 		}
 	}
 	if err != nil {
