@@ -456,9 +456,6 @@ func (f *Fleet) FinishedAt() map[string]time.Time {
 	return out
 }
 
-// Machine is the simulator of machine name, nil when the fleet has none.
-func (f *Fleet) Machine(name string) *Machine { return f.machines[name] }
-
 // SetMaxUnavailable changes the Cluster's budget.
 func (f *Fleet) SetMaxUnavailable(v string) error {
 	patch := fmt.Sprintf(`{"spec":{"disruption":{"maxUnavailable":%s}}}`, v)

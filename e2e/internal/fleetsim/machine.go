@@ -166,9 +166,6 @@ func StartMachine(ctx context.Context, t testing.TB, cp *controlplane.ControlPla
 	return m
 }
 
-// Name is the machine's name.
-func (m *Machine) Name() string { return m.name }
-
 // BootID is the identity of the machine's current boot.
 func (m *Machine) BootID() string {
 	m.mu.Lock()
