@@ -20,6 +20,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 )
 
@@ -68,9 +69,9 @@ type LabOptions struct {
 // LIKEN_LAB_HOME.
 func StartLab(t testing.TB, o LabOptions) *Lab {
 	t.Helper()
-	bin := BinDir(t)
+	bin := fleetsim.BinDir(t)
 	for _, b := range []string{"liken", "liken-node", "cluster-operator", "kube"} {
-		Binary(t, b)
+		fleetsim.Binary(t, b)
 	}
 	l := &Lab{t: t, name: o.Name, bin: bin}
 	home := t.TempDir()

@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"gotest.tools/v3/poll"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"liken.sh/liken/e2e/internal/fleetsim"
 )
 
 // BenchmarkOperatorPods measures cluster-operator's memory with many pods
@@ -70,29 +71,29 @@ type podsOptions struct {
 // the baseline's, when set).
 func runOperatorPods(b testing.TB, o podsOptions) (u, base Usage) {
 	pods, machines := o.pods, o.machines
-	f := NewFleet(b, FleetOptions{Machines: machines, Leaders: 3, MaxUnavailable: "1", RenewEvery: 30 * time.Second, RebootFor: time.Second})
+	f := fleetsim.NewFleet(b, fleetsim.FleetOptions{Machines: machines, Leaders: 3, MaxUnavailable: "1", RenewEvery: 30 * time.Second, RebootFor: time.Second, KeepDir: os.Getenv("LIKEN_BENCH_LOGS")})
 	start := time.Now()
 	names := make([]string, pods)
 	for i := range names {
 		names[i] = fmt.Sprintf("web-%05d", i)
 	}
-	_, err := f.Kube.CoreV1().Namespaces().Create(f.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
+	_, err := f.Kube.CoreV1().Namespaces().Create(f.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
 	must(b, err)
-	must(b, parallel(names, 16, func(i int, name string) error {
-		_, err := f.Kube.CoreV1().Pods("shop").Create(f.ctx, &corev1.Pod{
+	must(b, fleetsim.Parallel(names, 16, func(i int, name string) error {
+		_, err := f.Kube.CoreV1().Pods("shop").Create(f.Context(), &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 				"app.kubernetes.io/name": fmt.Sprintf("web-%d", i%100), "app.kubernetes.io/instance": "shop", "pod-template-hash": "7c9f8d6b5d"}},
-			Spec: corev1.PodSpec{NodeName: MachineName(i % machines), Containers: []corev1.Container{{Name: "web", Image: "registry.example/shop/web:1.42.0"}}},
+			Spec: corev1.PodSpec{NodeName: fleetsim.MachineName(i % machines), Containers: []corev1.Container{{Name: "web", Image: "registry.example/shop/web:1.42.0"}}},
 		}, metav1.CreateOptions{})
 		return err
 	}))
 	b.Logf("%d pods created in %s", pods, time.Since(start).Round(time.Second))
 
 	measure := func(label string) Usage {
-		op := StartOperator(b, f.CP.OperatorKubeconfig, filepath.Join(f.CP.Dir, "logs", "cluster-operator-"+label+".log"), "--startup-grace", "5s", "--machine-lost-after", "2m")
+		op := fleetsim.RunOperator(b, f.CP, fleetsim.OperatorOptions{ID: label, Flags: []string{"--startup-grace", "5s", "--machine-lost-after", "2m"}})
 		began := time.Now()
 		poll.WaitOn(b, func(poll.LogT) poll.Result {
-			if err := op.Exited(); err != nil {
+			if err := op.ExitError(); err != nil {
 				return poll.Error(err)
 			}
 			if op.Ready() {
@@ -117,7 +118,7 @@ func runOperatorPods(b testing.TB, o podsOptions) (u, base Usage) {
 		u := sampled(StartSampler(op.PID, time.Second), o.sample)
 		must(b, syscall.Kill(op.PID, syscall.SIGTERM))
 		poll.WaitOn(b, func(poll.LogT) poll.Result {
-			if op.Exited() != nil {
+			if op.Exited() {
 				return poll.Success()
 			}
 			return poll.Continue("%s operator still running", label)

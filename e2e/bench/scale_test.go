@@ -16,6 +16,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/e2e/internal/fleetsim"
 )
 
 // full is true under make bench (LIKEN_BENCH=full): the sizes and windows
@@ -24,7 +25,7 @@ func full() bool { return os.Getenv("LIKEN_BENCH") == "full" }
 
 // scaleOptions shape one run of the operator at scale.
 type scaleOptions struct {
-	fleet FleetOptions
+	fleet fleetsim.FleetOptions
 	// settle is how long the fleet runs before the idle window.
 	settle time.Duration
 	// idle is the window measured with only heartbeats.
@@ -139,13 +140,13 @@ func (l *ledger) latencies(finishedAt map[string]time.Time) []time.Duration {
 
 // profileAPIServer saves a CPU profile of kube-apiserver over the next d
 // into $LIKEN_BENCH_PROFILES (nothing when it is unset).
-func profileAPIServer(t testing.TB, f *Fleet, name string, d time.Duration) {
+func profileAPIServer(t testing.TB, f *fleetsim.Fleet, name string, d time.Duration) {
 	dir := os.Getenv("LIKEN_BENCH_PROFILES")
 	if dir == "" {
 		return
 	}
 	must(t, os.MkdirAll(dir, 0o755))
-	path := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%d-%s.pprof", f.o.Machines, name))
+	path := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%d-%s.pprof", len(f.Names), name))
 	go func() {
 		secs := int(d.Seconds()) - 1
 		rc := f.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(secs)).Timeout(d + time.Minute)
@@ -217,7 +218,8 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := scaleResult{o: o}
-	f := NewFleet(t, o.fleet)
+	o.fleet.KeepDir = os.Getenv("LIKEN_BENCH_LOGS")
+	f := fleetsim.NewFleet(t, o.fleet)
 	counter, err := StartAPICounter(f.CP.AdminConfig())
 	must(t, err)
 	t.Cleanup(counter.Close)
@@ -229,13 +231,13 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	if v := os.Getenv("LIKEN_BENCH_OPERATOR_V"); v != "" {
 		opFlags = append(opFlags, "-v", v)
 	}
-	op := StartOperator(t, kubeconfig, filepath.Join(f.CP.Dir, "logs", "cluster-operator.log"), opFlags...)
+	op := fleetsim.RunOperator(t, f.CP, fleetsim.OperatorOptions{ID: "bench", Kubeconfig: kubeconfig, Flags: opFlags})
 	apiPID, etcdPID := pidOf(t, f.CP, "kube-apiserver"), pidOf(t, f.CP, "etcd")
 
 	n := o.fleet.Machines
 	want := fmt.Sprintf("%d/%d", n, n)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if err := op.Exited(); err != nil {
+		if err := op.ExitError(); err != nil {
 			return poll.Error(err)
 		}
 		c, err := f.Cluster()
@@ -260,7 +262,7 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	r.idleOp, r.idleAPI, r.idleEtcd = stopSampler(t, sOp), stopSampler(t, sAPI), stopSampler(t, sEtcd)
 	r.idleReqs, r.idleHeartbeats = counter.Snapshot().Sub(c0), f.Heartbeats()-h0
 	r.renewLag = f.RenewLag()
-	must(t, op.Exited())
+	must(t, op.ExitError())
 	t.Logf("idle window: operator %.3f cores, RSS %.0f MiB; %d heartbeats (renew lag p99 %s); operator requests: %s",
 		r.idleOp.Cores(), MiB(r.idleOp.RSSMax), r.idleHeartbeats, Percentile(r.renewLag, 99), r.idleReqs)
 
@@ -268,9 +270,9 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	must(t, f.SetMaxUnavailable("0"))
 	c1 := counter.Snapshot()
 	sOp = StartSampler(op.PID, time.Second)
-	must(t, f.SetVersion(Version2))
+	must(t, f.SetVersion(fleetsim.FleetVersion2))
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if err := op.Exited(); err != nil {
+		if err := op.ExitError(); err != nil {
 			return poll.Error(err)
 		}
 		if s := f.Staged(); s < n {
@@ -298,7 +300,7 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	must(t, f.SetMaxUnavailable(fmt.Sprint(o.maxUnavailable)))
 	finished := 0
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if err := op.Exited(); err != nil {
+		if err := op.ExitError(); err != nil {
 			return poll.Error(err)
 		}
 		if n, first := f.Failures(); n > 0 {
@@ -320,14 +322,7 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	r.echoLatency, echoErr = echo.Latencies()
 	must(t, echoErr)
 
-	finishedAt := map[string]time.Time{}
-	for name, m := range f.machines {
-		m.mu.Lock()
-		if !m.readyAt.IsZero() {
-			finishedAt[name] = m.readyAt
-		}
-		m.mu.Unlock()
-	}
+	finishedAt := f.FinishedAt()
 	r.grantLatency = l.latencies(finishedAt)
 	if os.Getenv("LIKEN_BENCH_LOGS") != "" {
 		// The timeline, to set against the operator's log.
@@ -450,7 +445,7 @@ func (r scaleResult) report(t testing.TB) {
 // are none (LIKEN_BENCH_NODES=1 or 0 forces either).
 func scaleFor(t testing.TB, machines int) scaleOptions {
 	o := scaleOptions{
-		fleet: FleetOptions{
+		fleet: fleetsim.FleetOptions{
 			Machines: machines, Leaders: 3, MaxUnavailable: "5",
 			RenewEvery: 10 * time.Second, RebootFor: time.Second, Nodes: machines <= 1000, StageQPS: 200,
 		},
@@ -505,7 +500,7 @@ func BenchmarkOperatorScale(b *testing.B) {
 // it keeps working.
 func TestOperatorScaleSmoke(t *testing.T) {
 	r := runScale(t, scaleOptions{
-		fleet: FleetOptions{
+		fleet: fleetsim.FleetOptions{
 			Machines: 20, Leaders: 3, MaxUnavailable: "5",
 			RenewEvery: 10 * time.Second, RebootFor: 300 * time.Millisecond, Nodes: true, StageQPS: 100,
 		},

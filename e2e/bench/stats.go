@@ -2,8 +2,17 @@ package bench
 
 import (
 	"slices"
+	"testing"
 	"time"
 )
+
+// must fails the test on err.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 // Percentile is the nearest-rank p-th percentile (0 < p <= 100) of d, or
 // 0 when d is empty.

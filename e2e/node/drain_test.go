@@ -6,7 +6,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -57,10 +56,7 @@ func setup(t *testing.T) *env {
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx}
 	e.cp = controlplanetest.Start(t, controlplane.Options{Machines: machines})
-	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := e.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(fleetsim.RepoRoot(t), "manifests", f))
-		assert.NilError(t, err, out)
-	}
+	fleetsim.Install(ctx, t, e.cp)
 	var err error
 	e.kube, err = kubernetes.NewForConfig(e.cp.AdminConfig())
 	assert.NilError(t, err)

@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -56,10 +52,7 @@ func newFleet(t *testing.T, policies map[string]likenv1.RebootPolicy) *fleet {
 	f := &fleet{t: t, ctx: ctx, digests: map[string]string{}, sims: map[string]*daemontest.Machine{}, turns: map[string][]likenv1.RebootTurn{}}
 	f.names = []string{"n-1", "n-2", "n-3"}
 	f.cp = controlplanetest.Start(t, controlplane.Options{Machines: f.names})
-	for _, file := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := f.cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(fleetsim.RepoRoot(t), "manifests", file))
-		assert.NilError(t, err, out)
-	}
+	fleetsim.Install(ctx, t, f.cp)
 	var err error
 	f.kube, err = kubernetes.NewForConfig(f.cp.AdminConfig())
 	assert.NilError(t, err)
@@ -188,26 +181,7 @@ func waitChan(r *daemontest.Running) <-chan struct{} {
 }
 
 func (f *fleet) startOperator() {
-	logPath := filepath.Join(f.cp.Dir, "logs", "operator.log")
-	logFile, err := os.Create(logPath)
-	assert.NilError(f.t, err)
-	cmd := exec.Command(fleetsim.Binary(f.t, "cluster-operator"), "--kubeconfig", f.cp.OperatorKubeconfig, "--identity", "op-1",
-		"--metrics-bind-address", "0", "--startup-grace", "2s", "-v", "2")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	assert.NilError(f.t, cmd.Start())
-	logFile.Close()
-	f.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if f.t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 20000 {
-				b = b[len(b)-20000:]
-			}
-			f.t.Logf("===== cluster-operator =====\n%s", b)
-		}
-	})
+	fleetsim.StartOperator(f.t, f.cp, "op-1", "--startup-grace", "2s")
 }
 
 func (f *fleet) machine(name string) *likenv1.Machine {

@@ -122,7 +122,7 @@ func setup(t *testing.T, spec fleetSpec) *env {
 		assert.NilError(t, err)
 		e.machines[name] = fleetsim.StartMachine(ctx, t, e.cp, name, fleetsim.MachineOptions{
 			Cluster: clusterName, Version: version1, Tick: 200 * time.Millisecond, RenewEvery: spec.renewEvery, RebootFor: spec.rebootFor,
-			SilentKubelet: spec.silentKubelets,
+			PowerOff: spec.rebootFor > 0, SilentKubelet: spec.silentKubelets,
 		})
 	}
 	return e

@@ -1,5 +1,5 @@
 // Package fleetsim plays liken's machines against a real control plane and
-// a real cluster-operator, for end-to-end tests.
+// a real cluster-operator, for end-to-end tests and benchmarks.
 package fleetsim
 
 import (
