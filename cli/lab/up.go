@@ -23,6 +23,7 @@ import (
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/internal/qemu"
+	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/slots"
@@ -154,18 +155,8 @@ func findBinaries(log io.Writer) (binaries, error) {
 
 // sourceTree is the liken source tree holding the working directory, if any.
 func sourceTree() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module liken.sh/liken\n") {
-			return d
-		}
-		if d == filepath.Dir(d) {
-			return ""
-		}
-	}
+	d, _ := srctree.Find()
+	return d
 }
 
 // startupGraceEnv sets the startup grace (--startup-grace) of the lab's

@@ -8,8 +8,6 @@
 package boote2e
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +18,7 @@ import (
 
 	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/internal/qemu"
+	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/node/boot/diskimage"
 )
 
@@ -49,30 +48,11 @@ type Kit struct {
 	Modules []string
 }
 
-// RepoRoot finds the folder holding liken's go.mod, from the working
-// folder up.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module liken.sh/liken\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("cannot find liken's go.mod above the working folder")
-		}
-		dir = parent
-	}
-}
-
 // Prepare fetches and unpacks the packages (once; later runs reuse the
 // cache), builds bootinit and GRUB's core image, and returns the kit.
 // logf receives progress.
 func Prepare(logf func(string, ...any)) (*Kit, error) {
-	repo, err := RepoRoot()
+	repo, err := srctree.Find()
 	if err != nil {
 		return nil, err
 	}

@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
-	boote2e "liken.sh/liken/e2e/boot"
 	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/internal/srctree"
 )
 
 // TestLabUpVM runs the user's commands: liken lab up --vm gives virtual
@@ -30,7 +30,7 @@ import (
 // spec.version upgrade them through real reboots; liken lab power cycle
 // pulls a machine's power and it comes back; liken lab down stops it all.
 func TestLabUpVM(t *testing.T) {
-	repo, err := boote2e.RepoRoot()
+	repo, err := srctree.Find()
 	assert.NilError(t, err)
 	bin := filepath.Dir(fleetsim.Binary(t, "liken"))
 	env := append(os.Environ(), "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin, "LIKEN_LAB_STARTUP_GRACE=2s")

@@ -37,6 +37,7 @@ import (
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/image"
 	"liken.sh/liken/internal/qemu"
+	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/boot/diskimage"
 )
@@ -63,7 +64,7 @@ type lab struct {
 }
 
 func newLab(t *testing.T) *lab {
-	repo, err := boote2e.RepoRoot()
+	repo, err := srctree.Find()
 	assert.NilError(t, err)
 	l := &lab{t: t, dir: t.TempDir(), image: filepath.Join(repo, "_output", "image")}
 	for _, f := range image.Files {

@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"liken.sh/liken/internal/qemu"
+	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/node/join"
 )
 
@@ -200,18 +201,8 @@ func FindBinary() (string, error) {
 	if exe, err := os.Executable(); err == nil {
 		tried = append(tried, filepath.Join(filepath.Dir(exe), "kube"))
 	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-				if _, err := os.Stat(filepath.Join(d, "hack", "kube")); err == nil {
-					tried = append(tried, filepath.Join(d, "_output", "bin", "kube"))
-					break
-				}
-			}
-			if d == filepath.Dir(d) {
-				break
-			}
-		}
+	if d, err := srctree.Find(); err == nil {
+		tried = append(tried, filepath.Join(d, "_output", "bin", "kube"))
 	}
 	for _, p := range tried {
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {

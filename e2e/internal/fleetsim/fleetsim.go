@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/internal/srctree"
 )
 
 // manifests are the files of liken's manifests a simulated fleet needs:
@@ -31,19 +32,12 @@ func Install(ctx context.Context, t testing.TB, cp *controlplane.ControlPlane) {
 	assert.NilError(t, err, out)
 }
 
-// RepoRoot is the liken source tree that holds the running test: the
-// closest folder above the working directory with a go.mod.
+// RepoRoot is the liken source tree that holds the running test.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	wd, err := os.Getwd()
-	assert.NilError(t, err)
-	for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	t.Fatalf("no go.mod above %s: run the test from the liken source tree", wd)
-	return ""
+	d, err := srctree.Find()
+	assert.NilError(t, err, "run the test from the liken source tree")
+	return d
 }
 
 // BinDir is the folder of liken's programs: $LIKEN_BIN, else _output/bin
