@@ -196,9 +196,14 @@ func Approve(ctx context.Context, c versioned.Interface, clk clock.PassiveClock,
 			return kube.Explain(err, "machine "+machineName)
 		}
 		fmt.Fprintf(out, "Approved the change staged on %s: %s (change %s).\n", m.Name, fleet.DescribeChange(m), m.Status.Change)
-		now, answered, err := awaitAnswer(ctx, c, cl, m.Name, within)
+		now, after, answered, err := awaitAnswer(ctx, c, cl, m, within)
 		if err != nil {
 			return err
+		}
+		if fleet.HoldsTurn(now, m.Name) == nil && movedOn(after, m.Status.Change) {
+			fmt.Fprintf(out, "Next: %s has taken its turn already; it is %s now.\n", m.Name, after.Status.Phase)
+			fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", now.Name)
+			return nil
 		}
 		writePlace(out, now, m, clk.Now(), answered)
 		return nil
@@ -221,12 +226,14 @@ func patchAnnotation(ctx context.Context, c versioned.Interface, m *v1alpha1.Mac
 }
 
 // awaitAnswer waits up to within for cluster-operator to answer an approval
-// of machine in cluster before: its ledger lists the machine, or its
+// of the change m staged: m holds a turn in the ledger, or has taken one
+// already (it no longer waits with that change: a simulated or very fast
+// machine can take and end its turn between two reads), or the Cluster's
 // Progressing condition says something new (the machine joins the ones it
 // names as waiting). A Progressing reason that stops turns for the whole
-// cluster is an answer already. It returns the Cluster last read, and
-// whether it holds the answer.
-func awaitAnswer(ctx context.Context, c versioned.Interface, before *v1alpha1.Cluster, machine string, within time.Duration) (*v1alpha1.Cluster, bool, error) {
+// cluster is an answer already. It returns the Cluster and the Machine
+// last read, and whether they hold the answer.
+func awaitAnswer(ctx context.Context, c versioned.Interface, before *v1alpha1.Cluster, m *v1alpha1.Machine, within time.Duration) (*v1alpha1.Cluster, *v1alpha1.Machine, bool, error) {
 	said := func(cl *v1alpha1.Cluster) string {
 		if p := fleet.Progressing(cl); p != nil {
 			return p.Reason + "\n" + p.Message
@@ -234,24 +241,40 @@ func awaitAnswer(ctx context.Context, c versioned.Interface, before *v1alpha1.Cl
 		return ""
 	}
 	if p := fleet.Progressing(before); within <= 0 || p != nil && fleet.ClusterWide(p.Reason) {
-		return before, true, nil
+		return before, m, true, nil
 	}
-	last := before
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		cl, err := c.LikenV1alpha1().Clusters().Get(ctx, before.Name, metav1.GetOptions{})
-		if err != nil {
+	lastCl, lastM := before, m
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(pctx context.Context) (bool, error) {
+		cl, err := c.LikenV1alpha1().Clusters().Get(pctx, before.Name, metav1.GetOptions{})
+		if err == nil {
+			lastCl = cl
+			var mm *v1alpha1.Machine
+			if mm, err = c.LikenV1alpha1().Machines().Get(pctx, m.Name, metav1.GetOptions{}); err == nil {
+				lastM = mm
+			}
+		}
+		switch {
+		case err != nil && pctx.Err() != nil && ctx.Err() == nil:
+			return false, nil // the wait is over, not the API server
+		case err != nil:
 			return false, kube.Explain(err, "cluster "+before.Name)
 		}
-		last = cl
-		return fleet.HoldsTurn(cl, machine) != nil || said(cl) != said(before), nil
+		return fleet.HoldsTurn(lastCl, m.Name) != nil || movedOn(lastM, m.Status.Change) || said(lastCl) != said(before), nil
 	})
 	switch {
 	case err == nil:
-		return last, true, nil
+		return lastCl, lastM, true, nil
 	case wait.Interrupted(err) && ctx.Err() == nil:
-		return last, false, nil
+		return lastCl, lastM, false, nil
 	}
-	return nil, false, err
+	return nil, nil, false, err
+}
+
+// movedOn reports whether machine m no longer waits for a turn for change:
+// it took the turn (and may have ended it already).
+func movedOn(m *v1alpha1.Machine, change string) bool {
+	pending := m.Status.Phase == v1alpha1.MachineUpdatePending || m.Status.Phase == v1alpha1.MachineRebootPending
+	return !pending || m.Status.Change != change
 }
 
 // writePlace prints what happens next for m: its turn, the ledger, what

@@ -180,6 +180,27 @@ func TestApproveSaysWhatTheOperatorAnswers(t *testing.T) {
 	assert.Assert(t, is.Contains(out.String(), "  Operator says:   (no answer to this approval yet; is cluster-operator running? kubectl -n liken-system get pods) Its last word: No machine holds or waits for a reboot turn.\n"))
 }
 
+// A machine that takes and ends its turn between two reads of the Cluster
+// (the ledger never shows it, the Progressing message is what it was) has
+// had its answer: the command says the machine moved on, at once, and
+// does not wait out --wait nor fail when the wait ends.
+func TestApproveSeesATurnAlreadyTaken(t *testing.T) {
+	c := fake.NewSimpleClientset(ux()...)
+	c.PrependReactor("patch", "machines", func(k8stesting.Action) (bool, runtime.Object, error) {
+		m, err := c.Tracker().Get(v1alpha1.SchemeGroupVersion.WithResource("machines"), "", "node-3")
+		assert.NilError(t, err)
+		done := m.(*v1alpha1.Machine).DeepCopy()
+		done.Status.Phase, done.Status.Change, done.Status.Version = v1alpha1.MachineReady, "", clitest.Version2
+		assert.NilError(t, c.Tracker().Update(v1alpha1.SchemeGroupVersion.WithResource("machines"), done, ""))
+		return false, nil, nil
+	})
+	var out bytes.Buffer
+	start := time.Now()
+	assert.NilError(t, Approve(context.Background(), c, clk(), time.Minute, "ux", "node-3", &out))
+	assert.Assert(t, time.Since(start) < 10*time.Second, "waited %s", time.Since(start))
+	assert.Assert(t, is.Contains(out.String(), "Next: node-3 has taken its turn already; it is Ready now.\n"), out.String())
+}
+
 func TestApproveRefuses(t *testing.T) {
 	tests := []struct {
 		name    string
