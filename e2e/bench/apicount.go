@@ -115,9 +115,12 @@ func (r *statusRecorder) WriteHeader(code int) {
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // Close stops the proxy, cutting the connections of its clients (their
-// watches too).
+// watches too). The server's own Close goes first: it shuts the listener
+// and every connection at once, while httptest's Close alone waits for
+// the requests of a client that reconnected in the meantime (a node
+// daemon's watch, which never ends).
 func (c *APICounter) Close() {
-	c.srv.CloseClientConnections()
+	_ = c.srv.Config.Close()
 	c.srv.Close()
 }
 

@@ -126,6 +126,8 @@ func (l *Lab) Run(timeout time.Duration, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(l.bin, "liken"), args...)
 	cmd.Env = l.env
+	// A killed command whose children still hold its output ends anyway.
+	cmd.WaitDelay = 10 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

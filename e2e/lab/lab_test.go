@@ -255,6 +255,8 @@ func (l *lab) run(env []string, name string, args ...string) (string, string, er
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(append([]string(nil), l.env...), env...)
+	// A killed command whose children still hold its output ends anyway.
+	cmd.WaitDelay = 10 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

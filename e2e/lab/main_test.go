@@ -13,6 +13,8 @@ package lab
 import (
 	"os"
 	"testing"
+
+	"liken.sh/liken/e2e/internal/stuck"
 )
 
 func TestMain(m *testing.M) {
@@ -20,5 +22,6 @@ func TestMain(m *testing.M) {
 	if os.Getenv(editPlanEnv) != "" {
 		os.Exit(runEditor(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	// Say where the tests are stuck if they near go test's -timeout.
+	stuck.Main(m)
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -364,34 +363,6 @@ func withKindCluster(o runtime.Object) runtime.Object {
 	c = c.DeepCopy()
 	c.SetGroupVersionKind(likenv1.SchemeGroupVersion.WithKind("Cluster"))
 	return c
-}
-
-// readyThisBoot tells whether the node's Ready condition was posted by
-// the kubelet of this boot, and if not, what the trial still waits for.
-// After a reboot Kubernetes keeps a silent Node Ready for a while (the
-// node-monitor grace period): a Ready only counts when the Node's
-// status.nodeInfo.bootID is this boot's and its heartbeat is not older
-// than the boot's start (whole seconds, as the API server keeps them).
-func readyThisBoot(n *corev1.Node, bootID string, bootedAt time.Time) (bool, string) {
-	if n == nil {
-		return false, "the Node does not exist"
-	}
-	if got := n.Status.NodeInfo.BootID; got != bootID {
-		return false, fmt.Sprintf("the kubelet of this boot has not posted the Node's status (its boot ID is %q, this boot is %q)", got, bootID)
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type != corev1.NodeReady {
-			continue
-		}
-		if c.Status != corev1.ConditionTrue {
-			return false, fmt.Sprintf("the node %s is not Ready (%s: %s)", n.Name, c.Reason, c.Message)
-		}
-		if c.LastHeartbeatTime.Time.Before(bootedAt.Truncate(time.Second)) {
-			return false, fmt.Sprintf("the node's Ready heartbeat (%s) is older than this boot (%s)", c.LastHeartbeatTime.UTC().Format(time.RFC3339), bootedAt.UTC().Format(time.RFC3339))
-		}
-		return true, ""
-	}
-	return false, fmt.Sprintf("the node %s is not Ready (no Ready condition)", n.Name)
 }
 
 // update changes the state on disk under d.mu and keeps it in memory only

@@ -2,11 +2,9 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -108,7 +106,9 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 		d.event(v.m, v.c, "Normal", ReasonK3sRestarted, "RestartK3s", "Restarted k3s in place for %s in the leader turn for change %s; pods kept running. The turn ends once the node is Ready again", what, t.Change)
 		d.replan(v)
 	}
-	ready, why := readyAfter(v.node, d.o.Boot.BootID, t.RestartedAt)
+	// A heartbeat in a later second than the restart (the API server keeps
+	// them to the second).
+	ready, why := readySince(v.node, d.o.Boot.BootID, t.RestartedAt.Truncate(time.Second).Add(time.Second), "the restart of k3s", t.RestartedAt)
 	if !ready {
 		d.k3sWaitingFor = why
 		v.requeue(d.t.APIRetry)
@@ -130,31 +130,4 @@ func (d *Daemon) replan(v *view) {
 	v.pending, v.change, v.request, v.k3sTurn = nil, "", "", false
 	d.pendingConfig(v)
 	d.plan(v)
-}
-
-// readyAfter tells whether the kubelet of this boot posted the node's
-// Ready condition in a later second than since (the API server keeps
-// heartbeats to the second), and if not, what the turn still waits for. A
-// Ready from before a restart of k3s (Kubernetes keeps a silent Node Ready
-// for about 40 s) proves nothing.
-func readyAfter(n *corev1.Node, bootID string, since time.Time) (bool, string) {
-	if n == nil {
-		return false, "the Node does not exist"
-	}
-	if got := n.Status.NodeInfo.BootID; got != bootID {
-		return false, fmt.Sprintf("the kubelet of this boot has not posted the Node's status (its boot ID is %q, this boot is %q)", got, bootID)
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type != corev1.NodeReady {
-			continue
-		}
-		if c.Status != corev1.ConditionTrue {
-			return false, fmt.Sprintf("the node %s is not Ready (%s: %s)", n.Name, c.Reason, c.Message)
-		}
-		if !c.LastHeartbeatTime.Time.Truncate(time.Second).After(since.Truncate(time.Second)) {
-			return false, fmt.Sprintf("the node's Ready heartbeat (%s) is not later than the restart of k3s (%s)", c.LastHeartbeatTime.UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339))
-		}
-		return true, ""
-	}
-	return false, fmt.Sprintf("the node %s is not Ready (no Ready condition)", n.Name)
 }

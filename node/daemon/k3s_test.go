@@ -137,7 +137,7 @@ func TestLeaderRestartsK3sOnlyInItsTurn(t *testing.T) {
 			// The Node's Ready from before the restart does not end the turn.
 			m = e.waitFor("holding the turn until the node is Ready again", func(m *likenv1.Machine) bool {
 				return m.Status.Phase == likenv1.MachineRebooting &&
-					strings.Contains(cond(m, likenv1.ConditionReady).Message, "is not later than the restart of k3s")
+					strings.Contains(cond(m, likenv1.ConditionReady).Message, "is from before the restart of k3s")
 			})
 			assert.Equal(t, m.Status.Change, change, "the change is reported while the turn is held")
 			e.waitEvent(daemon.ReasonK3sRestarted, change)
@@ -194,61 +194,20 @@ func TestLeaderK3sChangeWaitsBehindAReboot(t *testing.T) {
 func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 	cases := []struct {
 		name string
-		// cut stops the daemon after the grant; true when the power failed
-		// (the next start is a new boot).
-		cut func(e *env, a *k3sApplier, r interface{ Stop() error }) bool
-		// restarts of k3s expected in the end, and whether the boot
-		// applied the new arguments.
-		restarts    int
+		// during stops the daemon while k3s restarts; otherwise it stops
+		// once the restart is reported.
+		during bool
+		// powerCut makes the next start a new boot.
+		powerCut bool
+		// bootApplies: the new boot starts k3s with the new arguments.
 		bootApplies bool
 	}{
-		{
-			name: "daemon stopped during the restart restarts k3s again",
-			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
-				hang := make(chan struct{})
-				a.set(nil, hang)
-				e.grantK3s()
-				<-hang
-				assert.NilError(e.t, r.Stop())
-				a.set(nil, nil)
-				return false
-			},
-			restarts: 1,
-		},
-		{
-			name: "daemon stopped after the restart waits for the node, no second restart",
-			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
-				e.grantK3s()
-				e.waitEvent(daemon.ReasonK3sRestarted, "")
-				assert.NilError(e.t, r.Stop())
-				return false
-			},
-			restarts: 1,
-		},
-		{
-			name: "power cut during the restart: the boot runs the old arguments and the turn is taken again",
-			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
-				hang := make(chan struct{})
-				a.set(nil, hang)
-				e.grantK3s()
-				<-hang
-				assert.NilError(e.t, r.Stop())
-				a.set(nil, nil)
-				return true
-			},
-			restarts: 1,
-		},
-		{
-			name: "power cut after the restart: the boot applies the new arguments",
-			cut: func(e *env, a *k3sApplier, r interface{ Stop() error }) bool {
-				e.grantK3s()
-				e.waitEvent(daemon.ReasonK3sRestarted, "")
-				assert.NilError(e.t, r.Stop())
-				return true
-			},
-			restarts: 1, bootApplies: true,
-		},
+		{name: "daemon stopped during the restart restarts k3s again", during: true},
+		{name: "daemon stopped after the restart waits for the node, no second restart"},
+		{name: "power cut during the restart: the boot runs the old arguments and the turn is taken again", during: true, powerCut: true},
+		{name: "power cut after the restart: the boot applies the new arguments", powerCut: true, bootApplies: true},
 	}
+	const restarts = 1 // in every case: k3s restarts once with the change
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &k3sApplier{}
@@ -258,8 +217,19 @@ func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 			e.waitPhase(likenv1.MachineReady)
 			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
 			change := e.waitingForTurn().Status.Change
-			newBoot := tc.cut(e, a, r)
-			if newBoot {
+			if tc.during {
+				hang := make(chan struct{})
+				a.set(nil, hang)
+				e.grantK3s()
+				<-hang
+				assert.NilError(t, r.Stop())
+				a.set(nil, nil)
+			} else {
+				e.grantK3s()
+				e.waitEvent(daemon.ReasonK3sRestarted, "")
+				assert.NilError(t, r.Stop())
+			}
+			if tc.powerCut {
 				r = e.m.Start(t, opts())
 				e.waitFor("the new boot reported", func(m *likenv1.Machine) bool { return m.Status.Observed.BootID == r.Boot.BootID })
 				var boots []changes.Record
@@ -275,7 +245,7 @@ func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 			}
 			if !tc.bootApplies {
 				m := e.waitFor("the turn held again and k3s restarted", func(m *likenv1.Machine) bool {
-					return m.Status.Phase == likenv1.MachineRebooting && e.restarts() == tc.restarts
+					return m.Status.Phase == likenv1.MachineRebooting && e.restarts() == restarts
 				})
 				assert.Equal(t, m.Status.Change, change)
 				e.kubeletBack()
@@ -284,7 +254,7 @@ func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 				return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
 			})
 			assert.Equal(t, m.Status.Change, "")
-			assert.Equal(t, e.restarts(), tc.restarts)
+			assert.Equal(t, e.restarts(), restarts)
 		})
 	}
 }

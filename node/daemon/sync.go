@@ -143,7 +143,7 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 				d.trialWaitingFor += ": " + d.lastStatusErr.Error()
 			}
 		default:
-			ready, why := readyThisBoot(node, d.o.Boot.BootID, d.o.Boot.BootedAt)
+			ready, why := readySince(node, d.o.Boot.BootID, d.o.Boot.BootedAt.Truncate(time.Second), "this boot", d.o.Boot.BootedAt)
 			if !ready {
 				d.trialWaitingFor = why
 				break
