@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"liken.sh/liken/e2e/internal/fleetsim"
 )
 
 // Echo is the baseline of the grant latency: the smallest controller that
@@ -67,7 +69,7 @@ func StartEcho(ctx context.Context, cfg *rest.Config) (*Echo, error) {
 			return err
 		}
 		f.Start(ctx.Done())
-		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if !fleetsim.WaitForSync(ctx, inf.HasSynced) {
 			return fmt.Errorf("the watch of ConfigMap %s did not sync", name)
 		}
 		return nil

@@ -139,11 +139,22 @@ func (l *Lab) Run(timeout time.Duration, args ...string) (string, error) {
 // Refresh reads liken lab status again.
 func (l *Lab) Refresh() {
 	l.t.Helper()
+	must(l.t, l.refresh())
+}
+
+// refresh is Refresh returning its error, for a poll's check (which runs
+// in a goroutine of its own, where t.Fatal would end only that goroutine).
+func (l *Lab) refresh() error {
 	out, err := l.Run(time.Minute, "lab", "status", "--name", l.name, "-o", "json")
-	must(l.t, err)
+	if err != nil {
+		return err
+	}
 	var st LabStatus
-	must(l.t, json.Unmarshal([]byte(out), &st))
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return fmt.Errorf("liken lab status -o json: %w", err)
+	}
 	l.Status = st
+	return nil
 }
 
 // MachinePID is the PID of the firmware process of a machine.

@@ -23,6 +23,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	likeninformers "liken.sh/liken/generated/informers/externalversions"
 )
 
@@ -240,7 +241,8 @@ func runLab(t testing.TB, o labOptions) labResult {
 	_, err = ni.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: w.onNode, UpdateFunc: func(_, n any) { w.onNode(n) }})
 	must(t, err)
 	nodes.Start(ctx.Done())
-	defer nodes.Shutdown()
+	// Shutdown waits for the informers: stop them first.
+	defer func() { cancel(); nodes.Shutdown() }()
 	_, err = mi.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
 		om, ok1 := o.(*likenv1.Machine)
 		nm, ok2 := n.(*likenv1.Machine)
@@ -250,9 +252,8 @@ func runLab(t testing.TB, o labOptions) labResult {
 	}})
 	must(t, err)
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer cancel()
-	if !cache.WaitForCacheSync(ctx.Done(), ci.HasSynced, mi.HasSynced, ni.HasSynced) {
+	defer func() { cancel(); factory.Shutdown() }()
+	if !fleetsim.WaitForSync(ctx, ci.HasSynced, mi.HasSynced, ni.HasSynced) {
 		t.Fatal("the lab's watch did not sync")
 	}
 
@@ -279,7 +280,9 @@ func runLab(t testing.TB, o labOptions) labResult {
 		if cur.Status.Observed.BootID == before.Status.Observed.BootID || cur.Status.Phase != likenv1.MachineReady {
 			return poll.Continue("machine %s: phase %s, boot %s", m.Name, cur.Status.Phase, cur.Status.Observed.BootID)
 		}
-		l.Refresh()
+		if err := l.refresh(); err != nil {
+			return poll.Continue("%v", err)
+		}
 		pids, err := Children(l.MachinePID(m.Name), "liken-node")
 		if err != nil || len(pids) != 1 {
 			return poll.Continue("looking for the liken-node process of %s: %v %v", m.Name, pids, err)

@@ -180,7 +180,14 @@ func perfRecord(t testing.TB, pid int, name string) func() {
 	}
 	return func() {
 		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second): // perf writing its file; killed past that
+			_ = cmd.Process.Kill()
+			<-done
+		}
 		t.Logf("perf profile of %s: %s (perf report -i %s --no-children)", name, path, path)
 	}
 }

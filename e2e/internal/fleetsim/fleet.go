@@ -391,7 +391,7 @@ func (f *Fleet) watchCluster() {
 		f.cancel()
 		factory.Shutdown()
 	})
-	if !cache.WaitForCacheSync(f.ctx.Done(), inf.HasSynced) {
+	if !WaitForSync(f.ctx, inf.HasSynced) {
 		f.t.Fatal("the Cluster watch did not sync")
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
+
+	"k8s.io/client-go/tools/cache"
 
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/internal/srctree"
@@ -59,4 +62,16 @@ func Binary(t testing.TB, name string) string {
 		t.Fatalf("%s not found at %s: run `make build` or set LIKEN_BIN (%v)", name, p, err)
 	}
 	return p
+}
+
+// SyncTimeout bounds WaitForSync: a watch that cannot list (an API server
+// that died, a missing permission) fails the test instead of hanging it.
+const SyncTimeout = 2 * time.Minute
+
+// WaitForSync waits until every informer has synced, for at most
+// SyncTimeout or until ctx ends, and tells whether they did.
+func WaitForSync(ctx context.Context, synced ...cache.InformerSynced) bool {
+	ctx, cancel := context.WithTimeout(ctx, SyncTimeout)
+	defer cancel()
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
 }
