@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // Notify sends state (such as "READY=1") to the service manager. Without
@@ -41,19 +43,31 @@ func WatchdogInterval() time.Duration {
 	return time.Duration(usec) * time.Microsecond / 2
 }
 
-// Keepalive sends WATCHDOG=1 every interval until ctx ends. A process
-// that hangs stops answering, and the service manager restarts it.
-func Keepalive(ctx context.Context, interval time.Duration) {
+// Keepalive sends WATCHDOG=1 every interval until ctx ends, while alive
+// returns nil. A process that hangs, or whose alive says it is stuck,
+// stops answering, and the service manager restarts it; alive's error is
+// logged once per stuck spell.
+func Keepalive(ctx context.Context, interval time.Duration, alive func() error) {
 	if interval <= 0 {
 		return
 	}
+	log := klog.FromContext(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	stuck := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if err := alive(); err != nil {
+				if !stuck {
+					log.Error(err, "Not answering the service manager's watchdog: it restarts this process")
+				}
+				stuck = true
+				continue
+			}
+			stuck = false
 			_ = Notify("WATCHDOG=1")
 		}
 	}

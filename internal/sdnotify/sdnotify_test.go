@@ -2,10 +2,12 @@ package sdnotify
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,7 +63,7 @@ func TestKeepaliveUntilStopped(t *testing.T) {
 	conn := listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { Keepalive(ctx, 10*time.Millisecond); close(done) }()
+	go func() { Keepalive(ctx, 10*time.Millisecond, func() error { return nil }); close(done) }()
 	assert.Equal(t, read(t, conn), "WATCHDOG=1")
 	assert.Equal(t, read(t, conn), "WATCHDOG=1")
 	cancel()
@@ -74,4 +76,39 @@ func TestKeepaliveUntilStopped(t *testing.T) {
 		}
 		return poll.Continue("still receiving keepalives")
 	}, poll.WithTimeout(5*time.Second))
+}
+
+// TestNoKeepaliveWhileStuck: while alive reports the process stuck, no
+// keepalive leaves; once it recovers they resume.
+func TestNoKeepaliveWhileStuck(t *testing.T) {
+	conn := listen(t)
+	var mu sync.Mutex
+	stuck, asked := true, 0
+	alive := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		asked++
+		if stuck {
+			return errors.New("a reconcile has run for 11m0s")
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Keepalive(ctx, 10*time.Millisecond, alive)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if asked < 5 {
+			return poll.Continue("asked %d times", asked)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second))
+	assert.NilError(t, conn.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	_, err := conn.Read(make([]byte, 64))
+	assert.Assert(t, err != nil, "a keepalive left while stuck")
+	mu.Lock()
+	stuck = false
+	mu.Unlock()
+	assert.Equal(t, read(t, conn), "WATCHDOG=1")
 }

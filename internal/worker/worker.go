@@ -29,6 +29,11 @@ type Queue struct {
 	name  string
 	queue workqueue.TypedRateLimitingInterface[string]
 	sync  SyncFunc
+	clock clock.PassiveClock
+
+	mu      sync.Mutex
+	running map[uint64]time.Time // syncs under way, by a number of their own
+	next    uint64
 }
 
 // Option changes how a Queue retries.
@@ -60,7 +65,40 @@ func New(name string, clk clock.WithTicker, sync SyncFunc, opts ...Option) *Queu
 			Name:  name,
 			Clock: clk,
 		}),
-		sync: sync,
+		sync:    sync,
+		clock:   clk,
+		running: map[uint64]time.Time{},
+	}
+}
+
+// Busy is how long the oldest sync now under way has been running, 0
+// when none is: a sync that never returns (a wedged call) shows here.
+func (q *Queue) Busy() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var oldest time.Time
+	for _, at := range q.running {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return q.clock.Since(oldest)
+}
+
+// syncing notes a sync starting and returns the function that notes its end.
+func (q *Queue) syncing() func() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.next++
+	id := q.next
+	q.running[id] = q.clock.Now()
+	return func() {
+		q.mu.Lock()
+		delete(q.running, id)
+		q.mu.Unlock()
 	}
 }
 
@@ -118,7 +156,9 @@ func (q *Queue) processNext(ctx context.Context) bool {
 		return false
 	}
 	logger := klog.FromContext(ctx).WithValues("key", key)
+	done := q.syncing()
 	after, err := q.sync(klog.NewContext(ctx, logger), key)
+	done()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Cut short by the shutdown: not a failure, and nothing retries.

@@ -145,3 +145,25 @@ func TestRunStopsWithItsSyncs(t *testing.T) {
 	assert.NilError(t, <-ran)
 	assert.DeepEqual(t, synced, []string{"first"})
 }
+
+// TestBusyShowsASyncThatDoesNotReturn: Busy is how long the sync under
+// way has run, and 0 again once it returned.
+func TestBusyShowsASyncThatDoesNotReturn(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	started, release := make(chan struct{}), make(chan struct{})
+	q := New("test", clk, func(context.Context, string) (time.Duration, error) {
+		close(started)
+		<-release
+		return 0, nil
+	})
+	assert.Equal(t, q.Busy(), time.Duration(0), "idle")
+	q.Add("wedged")
+	done := make(chan bool)
+	go func() { done <- q.processNext(context.Background()) }()
+	<-started
+	clk.Step(11 * time.Minute)
+	assert.Equal(t, q.Busy(), 11*time.Minute)
+	close(release)
+	assert.Assert(t, <-done)
+	assert.Equal(t, q.Busy(), time.Duration(0), "the sync returned")
+}

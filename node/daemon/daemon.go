@@ -145,6 +145,8 @@ func New(o Options) (*Daemon, error) {
 	if d.clock == nil {
 		d.clock = clock.RealClock{}
 	}
+	d.queue = worker.New("liken-node", d.clock, func(ctx context.Context, _ string) (time.Duration, error) { return d.sync(ctx) },
+		worker.WithBackoff(200*time.Millisecond, 30*time.Second))
 	if d.http == nil {
 		d.http = &http.Client{Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
@@ -155,6 +157,17 @@ func New(o Options) (*Daemon, error) {
 		}}
 	}
 	return d, nil
+}
+
+// Alive returns an error when liken-node is stuck: one reconcile has run
+// for longer than Timing.Stuck (a call that never returns, a lock never
+// released). liken-node then stops answering systemd's watchdog, which
+// restarts it; the state on disk carries the work on.
+func (d *Daemon) Alive() error {
+	if b := d.queue.Busy(); b > d.t.Stuck {
+		return fmt.Errorf("a reconcile has run for %s, longer than the %s one may take", b.Round(time.Second), d.t.Stuck)
+	}
+	return nil
 }
 
 // Scheme knows the Kubernetes types and liken's, for event references.
@@ -188,8 +201,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	d.events = broadcaster.NewRecorder(Scheme(), FieldManager)
 
-	d.queue = worker.New("liken-node", d.clock, func(ctx context.Context, _ string) (time.Duration, error) { return d.sync(ctx) },
-		worker.WithBackoff(200*time.Millisecond, 30*time.Second))
 	defer d.queue.ShutDown()
 
 	byName := func(o *metav1.ListOptions) {

@@ -10,6 +10,7 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -294,4 +295,34 @@ func TestK3sRestartFailsInTheTurn(t *testing.T) {
 	e.kubeletBack()
 	m = e.waitPhase(likenv1.MachineReady)
 	assert.Equal(t, m.Status.Change, "")
+}
+
+// TestAliveSaysWhenAReconcileIsStuck: a reconcile that does not return
+// (here a k3s restart that hangs) makes Alive say liken-node is stuck once
+// it ran longer than Timing.Stuck, so liken-node stops answering systemd's
+// watchdog and is restarted; a reconcile that ended leaves it alive.
+func TestAliveSaysWhenAReconcileIsStuck(t *testing.T) {
+	a := &k3sApplier{}
+	e, opts := newLeader(t, daemon.Options{Applier: a})
+	a.Recorder = e.m.Recorder
+	o := opts()
+	o.Timing.Stuck = 300 * time.Millisecond
+	r := e.m.Start(t, o)
+	e.waitPhase(likenv1.MachineReady)
+	assert.NilError(t, r.Daemon.Alive())
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
+	e.waitingForTurn()
+	hang := make(chan struct{})
+	a.set(nil, hang)
+	e.grantK3s()
+	<-hang
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if err := r.Daemon.Alive(); err != nil {
+			assert.Check(t, is.Contains(err.Error(), "a reconcile has run for"))
+			return poll.Success()
+		}
+		return poll.Continue("Alive says nothing while the restart of k3s hangs")
+	}, poll.WithTimeout(10*time.Second))
+	assert.NilError(t, r.Stop())
+	assert.NilError(t, r.Daemon.Alive(), "the stuck reconcile ended with the daemon")
 }

@@ -152,6 +152,10 @@ type Timing struct {
 	EventFlush time.Duration
 	// WatchdogFeed is how often a trial boot feeds its watchdog (10s).
 	WatchdogFeed time.Duration
+	// Stuck is how long one reconcile may run before Alive says liken-node
+	// is stuck (10m): far longer than any reconcile takes, since the slow
+	// work (downloads, drains) runs outside it.
+	Stuck time.Duration
 }
 
 func (t *Timing) defaults() {
@@ -170,6 +174,7 @@ func (t *Timing) defaults() {
 	set(&t.APIRetry, 2*time.Second)
 	set(&t.EventFlush, 2*time.Second)
 	set(&t.WatchdogFeed, 10*time.Second)
+	set(&t.Stuck, 10*time.Minute)
 }
 
 // Options configure a Daemon.

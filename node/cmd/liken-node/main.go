@@ -181,11 +181,12 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 	}
 	log.Info("liken-node starting", "version", version.Version, "machine", f.machine, "slot", bi.Slot, "trial", bi.Trial, "release", bi.Version, "bootID", bi.BootID)
 	// On a liken machine systemd supervises liken-node (Type=notify,
-	// WatchdogSec): it restarts a liken-node that exits or stops answering.
+	// WatchdogSec): it restarts a liken-node that exits, hangs, or whose
+	// reconcile is stuck (Daemon.Alive).
 	if err := sdnotify.Notify("READY=1"); err != nil {
 		log.Error(err, "Telling the service manager that liken-node is ready")
 	}
-	go sdnotify.Keepalive(ctx, sdnotify.WatchdogInterval())
+	go sdnotify.Keepalive(ctx, sdnotify.WatchdogInterval(), d.Alive)
 	return d.Run(ctx)
 }
 

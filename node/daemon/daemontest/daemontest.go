@@ -224,7 +224,9 @@ func (m *Machine) PowerOn() (daemon.BootInfo, error) {
 // Running is a daemon running in a goroutine.
 type Running struct {
 	// Boot is the boot it runs in.
-	Boot   daemon.BootInfo
+	Boot daemon.BootInfo
+	// Daemon is the daemon.
+	Daemon *daemon.Daemon
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
@@ -266,7 +268,7 @@ func (m *Machine) StartIn(t testing.TB, o daemon.Options, bi daemon.BootInfo) *R
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Running{Boot: bi, cancel: cancel, done: make(chan struct{})}
+	r := &Running{Boot: bi, Daemon: d, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		r.err = d.Run(ctx)
 		close(r.done)
