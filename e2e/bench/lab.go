@@ -98,6 +98,9 @@ func StartLab(t testing.TB, o LabOptions) *Lab {
 				return nil
 			})
 		}
+		if t.Failed() && l.Status.Dir != "" {
+			logTails(t, l.Status.Dir)
+		}
 		if out, err := l.Run(2*time.Minute, "lab", "down", "--name", o.Name); err != nil {
 			t.Errorf("liken lab down: %v\n%s", err, out)
 		}
@@ -117,6 +120,25 @@ func StartLab(t testing.TB, o LabOptions) *Lab {
 	l.Liken, err = versioned.NewForConfig(l.Config)
 	must(t, err)
 	return l
+}
+
+// logTails logs the last lines of the lab's cluster-operator and machine
+// logs, for a failed test (liken lab down removes them).
+func logTails(t testing.TB, dir string) {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasPrefix(d.Name(), "cluster-operator") || d.Name() == "machine.log") || !strings.HasSuffix(p, ".log") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		lines = lines[max(0, len(lines)-40):]
+		rel, _ := filepath.Rel(dir, p)
+		t.Logf("===== the last lines of %s =====\n%s", rel, strings.Join(lines, "\n"))
+		return nil
+	})
 }
 
 // Run runs the liken binary with the lab's environment and returns its
@@ -190,6 +212,20 @@ func (l *Lab) Publish() (version, digest string) {
 		l.t.Fatalf("liken lab publish printed no catalog entry:\n%s", out)
 	}
 	return v[1], d[1]
+}
+
+// Describe is where the rollout stands, as `liken rollout status
+// --watch=false` prints it: for the message of a wait that failed.
+func (l *Lab) Describe() string {
+	out, err := l.Run(30*time.Second, "rollout", "status", l.name, "--watch=false", "--kubeconfig", l.Status.Kubeconfig)
+	if err != nil {
+		out = fmt.Sprintf("(liken rollout status: %v)", err)
+	}
+	// The pods and budgets, for a drain that does not end.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kc, _ := exec.CommandContext(ctx, "kubectl", "--kubeconfig", l.Status.Kubeconfig, "get", "nodes,pods,pdb", "-A", "-o", "wide").CombinedOutput()
+	return out + "\n" + string(kc)
 }
 
 // Patch applies a JSON patch to the lab's Cluster.

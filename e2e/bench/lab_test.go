@@ -327,13 +327,20 @@ func runLab(t testing.TB, o labOptions) labResult {
 	w.mu.Unlock()
 	r.edit = time.Now()
 	l.Patch(fmt.Sprintf(`[{"op":"add","path":"/spec/releases/catalog/-","value":{"version":%q,"digest":%q}},{"op":"replace","path":"/spec/version","value":%q}]`, version, digest, version))
+	giveUp := time.Now().Add(o.rollout)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		w.mu.Lock()
-		defer w.mu.Unlock()
-		if !w.done.IsZero() {
+		done, staged, turns := !w.done.IsZero(), len(w.staged), len(w.turns)
+		w.mu.Unlock()
+		if done {
 			return poll.Success()
 		}
-		return poll.Continue("%d machines staged, %d turns granted", len(w.staged), len(w.turns))
+		if time.Until(giveUp) < 5*time.Second {
+			// The last message is the failure's: say where the rollout
+			// stands (not earlier: the command would load the rollout).
+			return poll.Continue("%d machines staged, %d turns granted; liken rollout status says:\n%s", staged, turns, l.Describe())
+		}
+		return poll.Continue("%d machines staged, %d turns granted", staged, turns)
 	}, poll.WithTimeout(o.rollout), poll.WithDelay(time.Second))
 	r.daemonRollout = counter.Snapshot().Sub(c1)
 	for _, pid := range l.OperatorPIDs() {
