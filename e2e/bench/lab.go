@@ -225,7 +225,11 @@ func (l *Lab) Describe() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kc, _ := exec.CommandContext(ctx, "kubectl", "--kubeconfig", l.Status.Kubeconfig, "get", "nodes,pods,pdb", "-A", "-o", "wide").CombinedOutput()
-	return out + "\n" + string(kc)
+	// A budget's status and the pods' conditions: what the Eviction API
+	// and the disruption controller go by.
+	detail, _ := exec.CommandContext(ctx, "kubectl", "--kubeconfig", l.Status.Kubeconfig, "get", "pods,pdb", "-n", "liken-system", "-o",
+		`jsonpath={range .items[*]}{.kind} {.metadata.name} on {.spec.nodeName}: {.status.conditions} {.status.disruptionsAllowed} {.status.currentHealthy}/{.status.expectedPods} observed {.status.observedGeneration} disrupted {.status.disruptedPods}{"\n"}{end}`).CombinedOutput()
+	return out + "\n" + string(kc) + "\n" + string(detail)
 }
 
 // Patch applies a JSON patch to the lab's Cluster.
