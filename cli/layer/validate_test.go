@@ -9,7 +9,9 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
 
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/changes"
 )
 
 const validCluster = `apiVersion: liken.sh/v1alpha1
@@ -337,5 +339,38 @@ func TestKernelArgsRulesMatchTheMachine(t *testing.T) {
 		}
 		assert.ErrorContains(t, err, tc.want, "%q", tc.args)
 		assert.Assert(t, machineErr != nil, "the machine accepts %q, which the Cluster refuses", tc.args)
+	}
+}
+
+// TestRegistryMirrorRulesMatchTheMachine: the Cluster's schema refuses
+// the registry mirrors a machine could not write for containerd, and
+// accepts those it can.
+func TestRegistryMirrorRulesMatchTheMachine(t *testing.T) {
+	for _, tc := range []struct {
+		registry, endpoint string
+		want               string // "" when accepted
+	}{
+		{"docker.io", "https://mirror.example.com", ""},
+		{"registry.example:5000", "http://10.0.0.5:5000/v2", ""},
+		{"*", "https://mirror.example.com", ""},
+		{"../etc", "https://mirror.example.com", "registry must be a registry host"},
+		{"docker.io/library", "https://mirror.example.com", "registry must be a registry host"},
+		{"-bad.example", "https://mirror.example.com", "registry must be a registry host"},
+		{"docker.io", "mirror.example.com", "must be an http:// or https:// URL"},
+		{"docker.io", "https://mirror.example.com/\"x", "without spaces, quotes or control characters"},
+		{"docker.io", "https://mirror.example.com/ x", "without spaces, quotes or control characters"},
+		{"docker.io", "https://mirror.example.com/\\", "without spaces, quotes or control characters"},
+	} {
+		doc := strings.Replace(validCluster, "  disruption:", "  settings:\n    registryMirrors:\n    - registry: "+strconv.Quote(tc.registry)+
+			"\n      endpoints: ["+strconv.Quote(tc.endpoint)+"]\n  disruption:", 1)
+		_, err := ValidateDocument("input.yaml", []byte(doc))
+		machineErr := changes.ValidateRegistryMirror(likenv1.RegistryMirror{Registry: tc.registry, Endpoints: []string{tc.endpoint}})
+		if tc.want == "" {
+			assert.NilError(t, err, "%q %q", tc.registry, tc.endpoint)
+			assert.NilError(t, machineErr, "%q %q", tc.registry, tc.endpoint)
+			continue
+		}
+		assert.ErrorContains(t, err, tc.want, "%q %q", tc.registry, tc.endpoint)
+		assert.Assert(t, machineErr != nil, "the machine accepts %q %q, which the Cluster refuses", tc.registry, tc.endpoint)
 	}
 }

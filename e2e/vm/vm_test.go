@@ -379,6 +379,53 @@ func (l *lab) workloadPods() map[string]string {
 	return out
 }
 
+// agentSettings sets the Cluster's settings.k3sArgs to arg (a kubelet
+// --max-pods flag) with a registry mirror, and waits until every Node's
+// kubelet allows that many pods and every Machine is Ready with nothing
+// pending: the same boot, the same workload pods.
+func (l *lab) agentSettings(ms []*vm, arg string) {
+	l.t.Helper()
+	ctx := context.Background()
+	boots := map[string]string{}
+	for _, m := range ms {
+		n, err := l.kube.CoreV1().Nodes().Get(ctx, m.name, metav1.GetOptions{})
+		assert.NilError(l.t, err)
+		boots[m.name] = n.Status.NodeInfo.BootID
+	}
+	pods := l.workloadPods()
+	c, err := l.liken.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
+	assert.NilError(l.t, err)
+	c.Spec.Settings.K3sArgs = []string{arg}
+	c.Spec.Settings.RegistryMirrors = []likenv1.RegistryMirror{{Registry: "registry.example:5000", Endpoints: []string{"http://10.0.2.2:5000"}}}
+	_, err = l.liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.NilError(l.t, err)
+	want := strings.TrimPrefix(arg, "--max-pods=")
+	poll.WaitOn(l.t, func(poll.LogT) poll.Result {
+		for _, m := range ms {
+			n, err := l.kube.CoreV1().Nodes().Get(ctx, m.name, metav1.GetOptions{})
+			if err != nil {
+				return poll.Error(err)
+			}
+			if got := n.Status.Allocatable.Pods().String(); got != want {
+				return poll.Continue("Node %s allows %s pods", m.name, got)
+			}
+			st := m.machine().Status
+			if st.Phase != likenv1.MachineReady || len(st.Pending) > 0 {
+				return poll.Continue("%s: %s, pending %v", m.name, st.Phase, st.Pending)
+			}
+			if n.Status.NodeInfo.BootID != boots[m.name] {
+				return poll.Error(fmt.Errorf("%s rebooted for a change of its node agent's settings", m.name))
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Duration(len(ms))*5*time.Minute), poll.WithDelay(2*time.Second))
+	after := l.workloadPods()
+	for uid, node := range pods {
+		_, kept := after[uid]
+		assert.Assert(l.t, kept, "pod %s on %s did not survive the restart of the node agent", uid, node)
+	}
+}
+
 // fleetSize is how many virtual machines TestUpgradeThroughRealReboots
 // runs: LIKEN_VM_MACHINES, 3 by default.
 func fleetSize(t *testing.T) int {
@@ -469,6 +516,13 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 			assert.Check(t, is.Contains(armed, "(what is left of the trial timeout of 10m0s)"), "%s", m.name)
 		}
 	}
+
+	// The node agent's settings (class RestartK3s): containerd and kubelet
+	// restart in place with the new kubelet argument, the leader in its
+	// RestartK3s turn; no machine reboots and no pod is replaced.
+	start = time.Now()
+	l.agentSettings(ms, "--max-pods=150")
+	t.Logf("fleet of %d restarted its node agent with a new kubelet argument in %s", len(ms), time.Since(start).Round(time.Second))
 
 	// A release whose init cannot start: liken-boot finds no /sbin/init,
 	// the kernel panics and reboots, and GRUB boots the proven slot.

@@ -30,7 +30,7 @@ func base() Config {
 			NTPServers:      []string{"time.example.com"},
 			Sysctls:         map[string]string{"vm.max_map_count": "262144"},
 			RegistryMirrors: []likenv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"https://mirror.example.com"}}},
-			K3sArgs:         []string{"--kubelet-arg=max-pods=200"},
+			K3sArgs:         []string{"--max-pods=200"},
 			KernelArgs:      []string{"mitigations=auto"},
 			Banner:          "hello",
 		},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 )
 
 // OS applies changes to the running operating system: sysctls and NTP
-// live, k3s's configuration with a restart of k3s, and, at boot, kernel
+// live, the node agent's configuration with a restart of the agent, and, at boot, kernel
 // modules, network ports, data disks and the console banner. Every path
 // is under Root so tests can run it in a folder.
 type OS struct {
@@ -41,15 +42,19 @@ type OS struct {
 
 // Files the OS applier writes, relative to Root.
 const (
-	TimesyncdDropIn  = "etc/systemd/timesyncd.conf.d/50-liken.conf"
-	K3sArgsFile      = "etc/liken/k3s-args"
-	K3sRegistries    = "etc/rancher/k3s/registries.yaml"
-	K3sNetworkFile   = "etc/liken/k3s-network.env"
-	KernelArgsFile   = BootDir + "/" + boot.KernelArgsFile
-	BannerFile       = "etc/issue"
-	NetworkdDir      = "etc/systemd/network"
-	ModulesProcFile  = "proc/modules"
-	bootStatProcFile = "proc/stat"
+	TimesyncdDropIn = "etc/systemd/timesyncd.conf.d/50-liken.conf"
+	// AgentArgsFile holds settings.k3sArgs, one a line: the image's
+	// kubelet.service passes each line to kubelet as one argument.
+	AgentArgsFile = "var/lib/liken/agent/kubelet-args"
+	// AgentRegistriesDir is containerd's registry hosts folder (config_path
+	// in the image's containerd config): one <registry>/hosts.toml per
+	// settings.registryMirrors entry.
+	AgentRegistriesDir = "var/lib/liken/agent/registries"
+	KernelArgsFile     = BootDir + "/" + boot.KernelArgsFile
+	BannerFile         = "etc/issue"
+	NetworkdDir        = "etc/systemd/network"
+	ModulesProcFile    = "proc/modules"
+	bootStatProcFile   = "proc/stat"
 	// BootDir is the GRUB folder on the boot partition, where grub.cfg
 	// and the boot state are.
 	BootDir = "boot/grub"
@@ -144,51 +149,110 @@ func (o *OS) ntp(servers []string) error {
 	return o.write(TimesyncdDropIn, []byte("# Written by liken-node from the Cluster's settings.ntpServers.\n[Time]\nNTP="+strings.Join(servers, " ")+"\n"), 0o644)
 }
 
-func (o *OS) k3sFiles(cfg Config) error {
+// agentFiles writes the node agent's configuration from the RestartK3s
+// settings: settings.k3sArgs, one kubelet argument a line, and a
+// containerd hosts.toml per settings.registryMirrors entry. Both live on
+// the slot store's partition, so the agent starts with the last
+// configuration applied at every boot, before liken-node runs.
+func (o *OS) agentFiles(cfg Config) error {
 	var args bytes.Buffer
 	for _, a := range cfg.Settings.K3sArgs {
 		if strings.ContainsAny(a, "\n\x00") {
-			return fmt.Errorf("k3s argument %q holds a line break", a)
+			return fmt.Errorf("settings.k3sArgs: %q holds a line break", a)
 		}
 		args.WriteString(a + "\n")
 	}
-	// k3s arguments may carry secrets (a token, a datastore password):
-	// readable by root only, as the registries file.
-	if err := o.write(K3sArgsFile, args.Bytes(), 0o600); err != nil {
+	hosts := map[string][]byte{}
+	for _, m := range cfg.Settings.RegistryMirrors {
+		dir, toml, err := registryHosts(m)
+		if err != nil {
+			return err
+		}
+		hosts[dir] = toml
+	}
+	// Arguments may carry secrets (a token): readable by root only, as the
+	// mirrors.
+	if err := o.write(AgentArgsFile, args.Bytes(), 0o600); err != nil {
 		return err
 	}
-	var reg bytes.Buffer
-	reg.WriteString("# Written by liken-node from the Cluster's settings.registryMirrors.\nmirrors:\n")
-	for _, m := range cfg.Settings.RegistryMirrors {
-		fmt.Fprintf(&reg, "  %s:\n    endpoint:\n", strconv.Quote(m.Registry))
-		for _, e := range m.Endpoints {
-			fmt.Fprintf(&reg, "    - %s\n", strconv.Quote(e))
+	return o.writeRegistries(hosts)
+}
+
+// registryName is a registry host with an optional port, as containerd
+// names its hosts.toml folders; "*" stands for every registry.
+var registryName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
+
+// ValidateRegistryMirror says why a machine would refuse a
+// settings.registryMirrors entry, or nil; the Cluster's schema refuses the
+// same entries.
+func ValidateRegistryMirror(m likenv1.RegistryMirror) error {
+	_, _, err := registryHosts(m)
+	return err
+}
+
+// registryHosts is the folder name and hosts.toml of one mirror entry:
+// the mirrors in order, then the registry itself.
+func registryHosts(m likenv1.RegistryMirror) (string, []byte, error) {
+	dir := m.Registry
+	if dir == "*" {
+		dir = "_default"
+	} else if !registryName.MatchString(dir) || strings.Contains(dir, "..") {
+		return "", nil, fmt.Errorf("settings.registryMirrors: %q is not a registry host (such as docker.io or registry.example:5000, or * for every registry)", m.Registry)
+	}
+	var b bytes.Buffer
+	b.WriteString("# Written by liken-node from the Cluster's settings.registryMirrors.\n")
+	for _, e := range m.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(e, "\"\\\x00\n\r\t ") {
+			return "", nil, fmt.Errorf("settings.registryMirrors: %s: endpoint %q is not an http or https URL", m.Registry, e)
+		}
+		fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", e)
+	}
+	return dir, b.Bytes(), nil
+}
+
+// writeRegistries makes AgentRegistriesDir hold exactly the given
+// hosts.toml files, one folder per registry.
+func (o *OS) writeRegistries(hosts map[string][]byte) error {
+	dir := o.path(AgentRegistriesDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for name, toml := range hosts {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o700); err != nil {
+			return err
+		}
+		if err := atomicfile.Write(filepath.Join(dir, name, "hosts.toml"), toml, 0o600); err != nil {
+			return err
 		}
 	}
-	if err := o.write(K3sRegistries, reg.Bytes(), 0o600); err != nil {
+	old, err := os.ReadDir(dir)
+	if err != nil {
 		return err
 	}
-	n := cfg.Network
-	env := fmt.Sprintf("LIKEN_ROLE=%s\nLIKEN_ENDPOINT=%s\nLIKEN_POD_CIDR=%s\nLIKEN_SERVICE_CIDR=%s\nLIKEN_CLUSTER_DNS=%s\n",
-		strconv.Quote(string(cfg.Role)), strconv.Quote(n.Endpoint), strconv.Quote(n.PodCIDR), strconv.Quote(n.ServiceCIDR), strconv.Quote(n.ClusterDNS))
-	return o.write(K3sNetworkFile, []byte(env), 0o644)
-}
-
-func k3sUnit(role likenv1.MachineRole) string {
-	if role == likenv1.RoleLeader {
-		return "k3s.service"
+	for _, e := range old {
+		if _, keep := hosts[e.Name()]; !keep {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
 	}
-	return "k3s-agent.service"
+	return nil
 }
 
-// RestartK3s writes the k3s arguments and registries.yaml, then restarts
-// k3s; the pods keep running across a k3s restart.
+// AgentUnits are the node agent's systemd units, restarted in this order
+// for a RestartK3s change: the container runtime first, so the kubelet
+// that starts next finds it up. Both leave the pods running.
+var AgentUnits = []string{"containerd.service", "kubelet.service"}
+
+// RestartK3s writes the node agent's configuration, then restarts the
+// agent: containerd and the kubelet, whose pods keep running.
 func (o *OS) RestartK3s(ctx context.Context, cfg Config, _ []Change) error {
-	if err := o.k3sFiles(cfg); err != nil {
+	if err := o.agentFiles(cfg); err != nil {
 		return err
 	}
-	if err := o.run(ctx, "systemctl", "restart", k3sUnit(cfg.Role)); err != nil {
-		return fmt.Errorf("restarting k3s: %w", err)
+	if err := o.run(ctx, "systemctl", append([]string{"restart"}, AgentUnits...)...); err != nil {
+		return fmt.Errorf("restarting the node agent (%s): %w", strings.Join(AgentUnits, ", "), err)
 	}
 	return nil
 }
@@ -248,7 +312,7 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	if err := o.ntp(cfg.Settings.NTPServers); err != nil {
 		return err
 	}
-	return o.k3sFiles(cfg)
+	return o.agentFiles(cfg)
 }
 
 func (o *OS) port(p likenv1.Port) error {

@@ -39,10 +39,13 @@ func TestOSApplier(t *testing.T) {
 	assert.Assert(t, is.Contains(string(b), "NTP=time.example.com"))
 
 	assert.NilError(t, o.RestartK3s(ctx, cfg, nil))
-	b, err = os.ReadFile(filepath.Join(root, K3sRegistries))
+	b, err = os.ReadFile(filepath.Join(root, AgentArgsFile))
 	assert.NilError(t, err)
-	assert.Assert(t, is.Contains(string(b), `"docker.io":`))
-	for _, secret := range []string{K3sArgsFile, K3sRegistries} {
+	assert.Equal(t, string(b), "--max-pods=200\n")
+	b, err = os.ReadFile(filepath.Join(root, AgentRegistriesDir, "docker.io", "hosts.toml"))
+	assert.NilError(t, err)
+	assert.Assert(t, is.Contains(string(b), "[host.\"https://mirror.example.com\"]\n  capabilities = [\"pull\", \"resolve\"]\n"))
+	for _, secret := range []string{AgentArgsFile, filepath.Join(AgentRegistriesDir, "docker.io", "hosts.toml")} {
 		fi, err := os.Stat(filepath.Join(root, secret))
 		assert.NilError(t, err)
 		assert.Equal(t, fi.Mode().Perm(), os.FileMode(0o600), "%s may hold secrets", secret)
@@ -54,7 +57,7 @@ func TestOSApplier(t *testing.T) {
 	assert.Assert(t, is.Contains(string(b), "Address=10.0.0.11/24"))
 	assert.DeepEqual(t, log.cmds, []string{
 		"systemctl try-restart systemd-timesyncd.service",
-		"systemctl restart k3s-agent.service",
+		"systemctl restart containerd.service kubelet.service",
 		"modprobe -- vfio enable_unsafe_noiommu_mode=1",
 		"networkctl reload",
 		"blkid -p /dev/vdb",
@@ -219,4 +222,63 @@ func TestOSWriteReplaces(t *testing.T) {
 	ents, err := os.ReadDir(filepath.Join(root, "etc"))
 	assert.NilError(t, err)
 	assert.Equal(t, len(ents), 1)
+}
+
+// TestAgentRegistries: containerd's hosts folder holds exactly the declared
+// mirrors, "*" is containerd's _default, and a bad entry is refused before
+// anything is written.
+func TestAgentRegistries(t *testing.T) {
+	root := t.TempDir()
+	var log cmdLog
+	o := &OS{Root: root, Run: log.run, stat: blockDeviceStat}
+	ctx := context.Background()
+	folders := func() []string {
+		es, err := os.ReadDir(filepath.Join(root, AgentRegistriesDir))
+		assert.NilError(t, err)
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	cfg := base()
+	cfg.Settings.RegistryMirrors = []likenv1.RegistryMirror{
+		{Registry: "docker.io", Endpoints: []string{"https://a.example"}},
+		{Registry: "*", Endpoints: []string{"http://10.0.0.5:5000", "https://b.example/v2"}},
+	}
+	assert.NilError(t, o.RestartK3s(ctx, cfg, nil))
+	assert.DeepEqual(t, folders(), []string{"_default", "docker.io"})
+	b, err := os.ReadFile(filepath.Join(root, AgentRegistriesDir, "_default", "hosts.toml"))
+	assert.NilError(t, err)
+	assert.Assert(t, is.Contains(string(b), "[host.\"http://10.0.0.5:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"https://b.example/v2\"]"))
+
+	cfg.Settings.RegistryMirrors = cfg.Settings.RegistryMirrors[:1]
+	assert.NilError(t, o.RestartK3s(ctx, cfg, nil))
+	assert.DeepEqual(t, folders(), []string{"docker.io"})
+
+	for _, tc := range []struct {
+		name   string
+		mirror likenv1.RegistryMirror
+		args   []string
+		want   string
+	}{
+		{name: "a path for a registry", mirror: likenv1.RegistryMirror{Registry: "../etc", Endpoints: []string{"https://a.example"}}, want: `"../etc" is not a registry host`},
+		{name: "a registry with a slash", mirror: likenv1.RegistryMirror{Registry: "docker.io/library", Endpoints: []string{"https://a.example"}}, want: `"docker.io/library" is not a registry host`},
+		{name: "an endpoint that is no URL", mirror: likenv1.RegistryMirror{Registry: "quay.io", Endpoints: []string{"mirror.example"}}, want: `quay.io: endpoint "mirror.example" is not an http or https URL`},
+		{name: "an endpoint with a quote", mirror: likenv1.RegistryMirror{Registry: "quay.io", Endpoints: []string{`https://a.example/"x`}}, want: `is not an http or https URL`},
+		{name: "an argument with a line break", mirror: likenv1.RegistryMirror{Registry: "quay.io", Endpoints: []string{"https://a.example"}}, args: []string{"--v=2\n--x"}, want: `settings.k3sArgs: "--v=2\n--x" holds a line break`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log.cmds = nil
+			bad := base()
+			bad.Settings.K3sArgs = append(bad.Settings.K3sArgs, tc.args...)
+			bad.Settings.RegistryMirrors = []likenv1.RegistryMirror{tc.mirror}
+			assert.ErrorContains(t, o.RestartK3s(ctx, bad, nil), tc.want)
+			assert.DeepEqual(t, folders(), []string{"docker.io"})
+			b, err := os.ReadFile(filepath.Join(root, AgentArgsFile))
+			assert.NilError(t, err)
+			assert.Equal(t, string(b), "--max-pods=200\n")
+			assert.Assert(t, len(log.cmds) == 0, "the agent was restarted: %v", log.cmds)
+		})
+	}
 }

@@ -326,3 +326,30 @@ func TestAliveSaysWhenAReconcileIsStuck(t *testing.T) {
 	assert.NilError(t, r.Stop())
 	assert.NilError(t, r.Daemon.Alive(), "the stuck reconcile ended with the daemon")
 }
+
+// TestFirstBootRestartsTheAgentForItsSettings: on a machine's first boot
+// the node agent started before liken-node, with none of the Cluster's
+// RestartK3s settings; a worker restarts it for them at once, a leader
+// asks for its turn first.
+func TestFirstBootRestartsTheAgentForItsSettings(t *testing.T) {
+	for _, role := range []likenv1.MachineRole{likenv1.RoleWorker, likenv1.RoleLeader} {
+		t.Run(string(role), func(t *testing.T) {
+			e := newEnv(t, likenv1.RebootAuto)
+			e.editMachine(func(m *likenv1.Machine) { m.Spec.Role = role })
+			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
+			e.m.Start(t, e.options())
+			if role == likenv1.RoleLeader {
+				e.waitingForTurn()
+				e.grantK3s()
+			}
+			rec := e.recorded(changes.OpRestartK3s, changes.FieldK3sArgs)
+			assert.DeepEqual(t, rec.Fields, []string{changes.FieldK3sArgs})
+			if role == likenv1.RoleLeader {
+				e.kubeletBack()
+			}
+			m := e.waitPhase(likenv1.MachineReady)
+			assert.Assert(t, is.Len(m.Status.Pending, 0))
+			assert.Equal(t, e.restarts(), 1)
+		})
+	}
+}

@@ -170,17 +170,20 @@ func (d *Daemon) syncConfig(ctx context.Context, v *view) {
 	v.desired = changes.Desired(v.m, v.c)
 	if d.st.Applied == nil {
 		// The first configuration of this machine: what the Machine and
-		// the Cluster say is what its first boot applies.
+		// the Cluster say is what its first boot applies, but for the node
+		// agent's settings: the agent started before liken-node with none,
+		// and restarts for them below (a leader in its turn).
 		cfg := v.desired
+		first := changes.Merge(cfg, changes.Config{}, likenv1.ClassRestartK3s)
 		err := d.o.Applier.StageBoot(ctx, cfg, changes.Diff(changes.Config{}, cfg))
 		if err == nil {
-			err = d.o.Applier.Boot(ctx, cfg)
+			err = d.o.Applier.Boot(ctx, first)
 		}
 		if err != nil {
 			d.configFailed(ctx, v, "first configuration", err)
 			return
 		}
-		if err := d.update(func(st *diskState) { st.Applied, st.NextBoot = &cfg, &cfg }); err != nil {
+		if err := d.update(func(st *diskState) { st.Applied, st.NextBoot = &first, &cfg }); err != nil {
 			d.configFailed(ctx, v, "first configuration", err)
 			return
 		}

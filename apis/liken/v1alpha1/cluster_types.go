@@ -106,14 +106,15 @@ type SharedSettings struct {
 	// Disruption class: Live.
 	// +optional
 	Sysctls map[string]string `json:"sysctls,omitempty"`
-	// RegistryMirrors redirect image pulls for a registry to mirrors.
-	// Disruption class: RestartK3s.
+	// RegistryMirrors redirect image pulls for a registry to mirrors, tried
+	// in order before the registry itself. Disruption class: RestartK3s.
 	// +optional
 	// +listType=map
 	// +listMapKey=registry
 	RegistryMirrors []RegistryMirror `json:"registryMirrors,omitempty"`
-	// K3sArgs are extra arguments for k3s on every machine.
-	// Disruption class: RestartK3s.
+	// K3sArgs are extra arguments for the node agent on every machine:
+	// liken's image passes each item to kubelet as one argument, after its
+	// own. Disruption class: RestartK3s.
 	// +optional
 	K3sArgs []string `json:"k3sArgs,omitempty"`
 	// KernelArgs are extra kernel command-line arguments, one per item,
@@ -130,7 +131,8 @@ type SharedSettings struct {
 
 // RegistryMirror sends pulls for one registry to its mirrors.
 type RegistryMirror struct {
-	// Registry is the registry host, such as docker.io. Disruption class:
+	// Registry is the registry host, such as docker.io or
+	// registry.example:5000, or * for every registry. Disruption class:
 	// RestartK3s, as its list.
 	Registry string `json:"registry"`
 	// Endpoints are the mirror URLs, tried in order. Disruption class:
