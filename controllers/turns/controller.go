@@ -544,15 +544,9 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		switch e.Result {
 		case ResultFinished:
 			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnFinished, "EndTurn", e.Message)
-			if e.Turn.Reason == likenv1.TurnRelease {
-				// A turn that ends Finished runs the turn's release (an
-				// older ledger entry names none: the machine's release).
-				v := e.Turn.Version
-				if v == "" {
-					v = findMachine(machines, e.Turn.Machine).Status.Version
-				}
+			if e.Proved != "" {
 				event(e.Turn.Machine, corev1.EventTypeNormal, EventTrialSucceeded, "Trial", fmt.Sprintf(
-					"Machine %s proved release %s", e.Turn.Machine, v))
+					"Machine %s proved release %s", e.Turn.Machine, e.Proved))
 			}
 		case ResultTrialFailed:
 			event(e.Turn.Machine, corev1.EventTypeWarning, EventTrialFailed, "Trial", e.Message)

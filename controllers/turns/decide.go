@@ -122,9 +122,12 @@ type Ended struct {
 	Result  Result
 	Message string
 	// Failed is, for a failed trial, the release that failed (the turn's
-	// release, or the machine's staged one for a turn granted before
-	// turns recorded it).
+	// release, or spec.version for a turn granted before turns recorded
+	// it).
 	Failed string
+	// Proved is, for a Release turn that finished, the release its trial
+	// proved: the one the machine runs, which is the turn's.
+	Proved string
 }
 
 // Decision is the new status and what changed, for events and metrics.
@@ -532,14 +535,24 @@ func endAfterBoot(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target st
 		return Ended{}, false
 	}
 	// Whatever the machine reports, a Release turn is proven only by a
-	// boot that runs its release.
-	if t.Reason == likenv1.TurnRelease && t.Version != "" && m.Status.Version != t.Version {
-		return failed(fmt.Sprintf("it is back from a new boot on release %s, not on %s, and reports %s", m.Status.Version, t.Version, m.Status.Phase))
+	// boot that runs its release; a turn that recorded none (granted by
+	// an older cluster-operator) by one that runs spec.version, never by
+	// whatever the machine runs.
+	if t.Reason == likenv1.TurnRelease && m.Status.Version != release {
+		what := fmt.Sprintf("it is back from a new boot on release %s, not on %s, and reports %s", m.Status.Version, release, m.Status.Phase)
+		if t.Version == "" {
+			what += "; the turn, granted by an older cluster-operator, recorded no release, so it is judged by spec.version"
+		}
+		return failed(what)
 	}
 	if node.CordonedByLiken || !nodeBack(t, node) {
 		return Ended{}, false
 	}
-	return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf("Machine %s finished its %s turn: %s", m.Name, t.Reason, done)}, true
+	e := Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf("Machine %s finished its %s turn: %s", m.Name, t.Reason, done)}
+	if t.Reason == likenv1.TurnRelease {
+		e.Proved = release
+	}
+	return e, true
 }
 
 // nodeBack is true when the machine's Node shows its kubelet back after

@@ -392,6 +392,10 @@ func TestTurnsEnd(t *testing.T) {
 	// back is a Node whose kubelet posted Ready after the grant from the
 	// machine's new boot.
 	back := Node{State: fleet.NodeReady, Heartbeat: after, BootID: "boot-2-a"}
+	// legacy is a Release turn granted by a cluster-operator that did not
+	// record the turn's release.
+	legacy := tu.Turn("a", likenv1.TurnRelease, false, granted)
+	legacy.Version = ""
 	cases := []struct {
 		name    string
 		turn    likenv1.RebootTurn
@@ -399,11 +403,12 @@ func TestTurnsEnd(t *testing.T) {
 		node    Node
 		result  Result // "" keeps the turn
 		message string
+		proved  string // the release a finished Release turn proved
 	}{
 		{name: "ready from a new boot finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
-			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), result: ResultFinished, message: "Ready on " + tu.Version2},
+			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), result: ResultFinished, message: "Ready on " + tu.Version2, proved: tu.Version2},
 		{name: "ready from a new boot with its Node back finishes", turn: tu.Turn("a", likenv1.TurnRelease, true, granted),
-			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version2)), node: back, result: ResultFinished, message: "Ready on " + tu.Version2},
+			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version2)), node: back, result: ResultFinished, message: "Ready on " + tu.Version2, proved: tu.Version2},
 		{name: "a simulated Node without boot ID is back with a heartbeat after the grant", turn: tu.Turn("a", likenv1.TurnReboot, true, granted),
 			machine: tu.Machine("a", tu.Leader, tu.FinishedOn(tu.Version1)), node: Node{State: fleet.NodeReady, Heartbeat: after},
 			result: ResultFinished, message: "Ready on " + tu.Version1},
@@ -430,12 +435,12 @@ func TestTurnsEnd(t *testing.T) {
 			message: "and reports Downloading"},
 		{name: "back downloading another release on the turn's release finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.Rebooted, tu.Runs(tu.Version2), tu.Phase(likenv1.MachineDownloading), tu.Change("")), node: back,
-			result: ResultFinished, message: "downloading another release"},
-		{name: "a Release turn recorded without its release is judged by the machine", turn: func() likenv1.RebootTurn {
-			t := tu.Turn("a", likenv1.TurnRelease, false, granted)
-			t.Version = ""
-			return t
-		}(), machine: tu.Machine("a", tu.FinishedOn(tu.Version1)), result: ResultFinished},
+			result: ResultFinished, message: "downloading another release", proved: tu.Version2},
+		{name: "a Release turn recorded without its release, back on spec.version, proves spec.version", turn: legacy,
+			machine: tu.Machine("a", tu.FinishedOn(tu.Version2)), result: ResultFinished, message: "Ready on " + tu.Version2, proved: tu.Version2},
+		{name: "a Release turn recorded without its release, back on another release, is a failed trial of spec.version", turn: legacy,
+			machine: tu.Machine("a", tu.FinishedOn(tu.Version1)), result: ResultTrialFailed,
+			message: "back from a new boot on release " + tu.Version1 + ", not on " + tu.Version2 + ", and reports Ready; the turn, granted by an older cluster-operator, recorded no release"},
 		{name: "back from a new boot with the same change asking keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.WantsRelease, tu.Rebooted), node: back},
 		{name: "degraded before it started gives the turn back", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
@@ -450,7 +455,7 @@ func TestTurnsEnd(t *testing.T) {
 		{name: "ready from the same boot keeps the turn of a started machine", turn: tu.Turn("a", likenv1.TurnReboot, false, granted),
 			machine: tu.Machine("a", tu.WantsReboot, tu.Phase(likenv1.MachineRebooting))},
 		{name: "back from a new boot with another change staged finishes", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
-			machine: tu.Machine("a", tu.WantsReboot, tu.Runs(tu.Version2), tu.Change("change-newer"), tu.Rebooted), result: ResultFinished, message: "another change staged"},
+			machine: tu.Machine("a", tu.WantsReboot, tu.Runs(tu.Version2), tu.Change("change-newer"), tu.Rebooted), result: ResultFinished, message: "another change staged", proved: tu.Version2},
 		{name: "back from a new boot with another change but still cordoned by liken keeps the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.WantsReboot, tu.Runs(tu.Version2), tu.Change("change-newer"), tu.Rebooted), node: Node{State: fleet.NodeReady, CordonedByLiken: true, Heartbeat: after}},
 		{name: "failed trial ends the turn", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
@@ -492,6 +497,7 @@ func TestTurnsEnd(t *testing.T) {
 			assert.Equal(t, len(d.Ended), 1)
 			assert.Equal(t, d.Ended[0].Result, tc.result)
 			assert.Assert(t, is.Contains(d.Ended[0].Message, tc.message))
+			assert.Equal(t, d.Ended[0].Proved, tc.proved)
 			assert.Equal(t, len(d.Status.RebootTurns), 0)
 			assert.Equal(t, d.Status.Turns, "")
 		})

@@ -184,8 +184,9 @@ func (m *machine) expectLine(marker string) string {
 }
 
 // expectBoot waits for the init's report and checks the slot and trial:
-// the initramfs that runs must be the one in the slot's own folder, and the
-// command line must name that slot.
+// the kernel GRUB loaded (BOOT_IMAGE=) and the initramfs that runs must be
+// the ones in the slot's own folder, and the command line must name that
+// slot. Both slots have the same kernel: only its path tells them apart.
 func (m *machine) expectBoot(slot boot.Slot, trial bool) map[string]string {
 	m.t.Helper()
 	f := m.expect("LIKEN-INIT ")
@@ -193,6 +194,7 @@ func (m *machine) expectBoot(slot boot.Slot, trial bool) map[string]string {
 	if trial {
 		want = "1"
 	}
+	assert.Equal(m.t, f["kernel"], "/"+string(slot)+"/vmlinuz", "the kernel GRUB loaded")
 	assert.Equal(m.t, f["initrd"], string(slot), "the slot whose initramfs GRUB loaded")
 	assert.Equal(m.t, f["slot"], string(slot), "the slot the kernel command line names")
 	assert.Equal(m.t, f["trial"], want, "trial boot")

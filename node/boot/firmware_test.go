@@ -132,9 +132,12 @@ func TestSelectBootMissingFolder(t *testing.T) {
 	assert.ErrorContains(t, err, "simulated firmware: boot folder")
 }
 
-// TestSelectBootTornWrite cuts the primary's write at every byte: the boot
-// is the old state, the new one, or the old proven slot without a trial
-// (liken writes the backup first, and the flag before the proven slot).
+// TestSelectBootTornWrite cuts every write of a change at every byte, with
+// the old bytes or zeros after the cut: the primary's (the backup already
+// new), the backup's (the primary still old), and, when the primary was
+// damaged and is written first, the primary's and then the backup's. The
+// boot is the old state, the new one, or the old proven slot without a
+// trial (the flag is written before the proven slot).
 func TestSelectBootTornWrite(t *testing.T) {
 	transitions := []struct{ from, to State }{
 		{State{Proven: SlotA}, State{Proven: SlotA, Trial: SlotB}}, // arm

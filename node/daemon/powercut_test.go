@@ -59,6 +59,66 @@ func TestCommitInterruptedAfterTheBootLoader(t *testing.T) {
 	assert.Equal(t, m.Status.Staged, v3)
 }
 
+// TestTrialTimerAfterAFailedCommitWrite: the trial boot's commit wrote the
+// boot loader (slot B proven), then the slot store's or the daemon
+// state's write failed until the trial timer fired and rebooted. The next
+// boot, of B, finishes the commit instead of marking the running slot
+// Failed and reporting a failed trial.
+func TestTrialTimerAfterAFailedCommitWrite(t *testing.T) {
+	for _, file := range []string{"state/slots.json", daemon.StateFile} {
+		t.Run(file, func(t *testing.T) {
+			e := newEnv(t, likenv1.RebootAuto)
+			e.editCluster(func(c *likenv1.Cluster) {
+				c.Spec.Version = v2
+				c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 6 * time.Second}
+			})
+			r := e.start()
+			e.waitPhase(likenv1.MachineUpdatePending)
+			e.grant()
+			waitExit(t, r)
+
+			e.mu.Lock()
+			e.kubeletDown = true // no commit before the write fails
+			e.mu.Unlock()
+			r = e.start()
+			assert.Assert(t, r.Boot.Trial)
+			e.waitFor("the trial boot's status", func(m *likenv1.Machine) bool {
+				return m.Status.Observed.BootID == r.Boot.BootID
+			})
+			// A folder in the file's place: its writes fail until it goes.
+			p := filepath.Join(e.m.Root, file)
+			assert.NilError(t, os.Rename(p, p+".saved"))
+			assert.NilError(t, os.Mkdir(p, 0o755))
+			e.setNodeReady(true)
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				if st, err := boot.NewGRUB(e.m.BootDir).State(); err != nil || st.Proven != boot.SlotB {
+					return poll.Continue("the boot loader's commit: %v %v", st, err)
+				}
+				return poll.Success()
+			}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
+			waitExit(t, r)
+			assert.NilError(t, os.Remove(p))
+			assert.NilError(t, os.Rename(p+".saved", p))
+			if file != daemon.StateFile {
+				b, err := os.ReadFile(filepath.Join(e.m.Root, daemon.StateFile))
+				assert.NilError(t, err)
+				assert.Assert(t, strings.Contains(string(b), "within the trial timeout"), "the trial timer did not end the boot: %s", b)
+			}
+
+			r = e.start()
+			assert.Assert(t, !r.Boot.Trial)
+			assert.Equal(t, r.Boot.Slot, boot.SlotB)
+			m := e.waitFor("Ready on v2 from the new boot", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
+			})
+			assert.Equal(t, m.Status.Version, v2)
+			assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionFalse)
+			assert.DeepEqual(t, slotStates(m), map[string]likenv1.SlotState{"A": likenv1.SlotPrevious, "B": likenv1.SlotActive})
+			e.waitEvent(daemon.ReasonTrialSucceeded, "finished the commit")
+		})
+	}
+}
+
 // TestTrialRecordArmsTheInitsWatchdog: the trial record the turn writes
 // before the reboot is what the trial boot's init reads to arm its
 // watchdog (node/watchdog.ForTrial): the Cluster's trialTimeout, counted

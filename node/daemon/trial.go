@@ -10,13 +10,13 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
-	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/slots"
 )
 
 // startBoot opens the slot store and the daemon state and works out what
-// this boot is, from disk alone: a trial boot starts its timer here, so it
-// returns to the proven slot in time even with no API server.
+// this boot is, from disk alone (classifyBoot decides, startBoot does the
+// writes): a trial boot starts its timer here, so it returns to the proven
+// slot in time even with no API server.
 func (d *Daemon) startBoot(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	store, err := slots.Open(ctx, d.o.Root, string(d.o.Boot.Slot), slots.WithClock(d.clock), slots.WithBootPartition(d.o.BootPartition))
@@ -31,121 +31,48 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.st = st
-	now := d.clock.Now()
-	bootID := d.o.Boot.BootID
-	booted := d.o.Boot.Slot
-	newBoot := st.BootID != bootID
-	log = log.WithValues("slot", booted, "trial", d.o.Boot.Trial, "bootID", bootID, "version", d.o.Boot.Version, "newBoot", newBoot)
-
-	bs, err := d.o.Bootloader.State()
-	if err != nil && d.o.Boot.Trial {
-		// Nothing this boot could commit: give the trial up (StartFailed
-		// reboots; the flag is already cleared, so the proven slot boots).
-		return fmt.Errorf("reading the boot state in a trial boot: %w", err)
+	f := bootFacts{State: st, Boot: d.o.Boot, Now: d.clock.Now()}
+	f.Loader, f.LoaderErr = d.o.Bootloader.State()
+	// Get fails only for a slot that is not A or B, which New refuses.
+	f.Slot, _ = store.Get(string(d.o.Boot.Slot))
+	p := classifyBoot(f)
+	log = log.WithValues("slot", d.o.Boot.Slot, "trial", d.o.Boot.Trial, "bootID", d.o.Boot.BootID, "version", d.o.Boot.Version, "newBoot", st.BootID != d.o.Boot.BootID, "boot", p.Kind)
+	if p.Stop != nil {
+		return p.Stop
 	}
-	if err != nil {
-		d.mode, d.confusion = modeConfused, fmt.Sprintf("the boot state cannot be read (%v): the machine writes no slot and takes no turn until it can", err)
-		log.Error(err, "Reading the boot state failed")
+	d.mode, d.confusion = p.Mode, p.Confusion
+	if p.Log != "" {
+		log.Info(p.Log, p.LogValues...)
 	}
 
-	next := st.clone()
-	tr := next.Trial
-	switch {
-	case err != nil:
-	case d.o.Boot.Trial && tr != nil && boot.Slot(tr.Slot) == booted && tr.ArmedBootID != bootID:
-		// Also when the boot loader already names this slot proven: the
-		// daemon stopped in the middle of a commit, which it finishes.
-		d.mode = modeTrial
-		if tr.StartedAt.IsZero() {
-			tr.StartedAt = now
+	if p.CommitSlot != "" {
+		if err := d.slots.Commit(p.CommitSlot); err != nil {
+			log.Error(err, "Finishing the commit of the slot the boot loader already proves", "trialSlot", p.CommitSlot)
 		}
-	case d.o.Boot.Trial:
-		// A trial boot nothing vouches for: the state that armed it is
-		// gone. Only a verified, staged slot may be tried.
-		if info, gerr := d.slots.Get(string(booted)); gerr == nil && info.State == likenv1.SlotStaged && info.Version == d.o.Boot.Version {
-			d.mode = modeTrial
-			next.Trial = &trialRecord{Slot: string(booted), Version: info.Version, Digest: info.Digest,
-				Timeout: Duration(likenv1.DefaultTrialTimeout), ArmedAt: now, StartedAt: now}
-			log.Info("Trial boot without a trial record; the staged slot gets the default trial timeout", "timeout", likenv1.DefaultTrialTimeout)
-		} else {
-			d.mode = modeTrial
-			next.Trial = &trialRecord{Slot: string(booted), Version: d.o.Boot.Version, ArmedAt: now, StartedAt: now,
-				Failure: fmt.Sprintf("slot %s was booted as a trial, but it holds no staged release liken armed a trial for", booted)}
-		}
-	case booted == bs.Proven && tr != nil && tr.Slot == string(booted) && tr.ArmedBootID != bootID:
-		// The trial boot committed in the boot loader and stopped (a power
-		// cut, or the trial timer after a write that failed) before the
-		// slot store and this file said so: the boot loader decides, so the
-		// commit is finished here.
-		d.mode = modeNormal
-		if err := d.slots.Commit(tr.Slot); err != nil {
-			log.Error(err, "Finishing the commit of the slot the boot loader already proves", "trialSlot", tr.Slot)
-		}
-		log.Info("Finished a commit interrupted after the boot loader's write", "slot", tr.Slot, "release", tr.Version)
-		d.pendingEvents = append(d.pendingEvents, pendingEvent{"Normal", ReasonTrialSucceeded, "Commit",
-			fmt.Sprintf("The trial of release %s in slot %s had committed in the boot loader before the machine stopped; liken-node finished the commit: slot %s is the proven slot", tr.Version, tr.Slot, tr.Slot)})
-		next.Trial, next.TrialFailure = nil, nil
-		settleTurn(next)
-	case booted == bs.Proven && tr != nil && tr.Arming && tr.ArmedBootID != bootID:
-		// The power failed between the trial record and the boot loader's
-		// flag: no trial boot happened, none failed. A half-written flag
-		// (the backup copy armed) is withdrawn below, before anything else.
-		d.mode = modeNormal
-		log.Info("The trial was recorded but never armed before the machine stopped; the machine asks for its turn again", "trialSlot", tr.Slot, "release", tr.Version)
-		next.Trial = nil
-	case booted == bs.Proven:
-		d.mode = modeNormal
-		if tr != nil && tr.ArmedBootID != bootID {
-			reason := tr.Failure
-			if reason == "" {
-				reason = fmt.Sprintf("the trial boot of slot %s (release %s) never came back to commit: the machine booted its proven slot %s again, so the trial kernel or OS did not start, hung, or lost power", tr.Slot, tr.Version, booted)
-			}
-			log.Info("The last trial failed; running the proven slot", "trialSlot", tr.Slot, "release", tr.Version, "reason", reason)
-			next.TrialFailure = &trialFailure{Slot: tr.Slot, Version: tr.Version, Digest: tr.Digest, Reason: reason, At: now, Resume: tr.Resume, ResumeUnseen: true}
-			if err := d.slots.MarkFailed(tr.Slot, "trial failed: "+reason); err != nil {
-				log.Error(err, "Marking the slot whose trial failed", "trialSlot", tr.Slot)
-			}
-			next.Trial = nil
-		}
-	default:
-		d.mode = modeConfused
-		d.confusion = fmt.Sprintf("the machine booted slot %s without a trial while the boot state names slot %s as proven: it writes no slot and takes no turn; check the boot folder's grubenv", booted, bs.Proven)
-		log.Info("Booted slot is neither proven nor on trial", "proven", bs.Proven)
 	}
-
-	if newBoot {
-		if next.Applied != nil {
-			nb := next.Applied
-			if next.NextBoot != nil {
-				nb = next.NextBoot
-			}
-			cfg := changes.Merge(*next.Applied, *nb, likenv1.ClassNextBoot, likenv1.ClassReboot)
-			if err := d.o.Applier.Boot(ctx, cfg); err != nil {
-				// Kept until a retry succeeds (syncConfig): the machine reads
-				// Degraded with ConfigApplied=False meanwhile.
-				d.bootErr = fmt.Errorf("applying the configuration at boot: %w", err)
-				log.Error(err, "Applying the configuration at boot failed")
-			}
-			next.Applied = &cfg
+	if p.FailSlot != "" {
+		if err := d.slots.MarkFailed(p.FailSlot, p.FailMessage); err != nil {
+			log.Error(err, "Marking the slot whose trial failed", "trialSlot", p.FailSlot)
 		}
-		if t := next.Turn; t != nil && t.BootID != bootID && d.mode != modeTrial {
-			// The turn's reboot happened; the trial (if any) was settled above.
-			settleTurn(next)
-		}
-		next.BootID, next.BootSeen = bootID, now
 	}
-	if d.mode == modeNormal && next.Trial == nil {
-		// No trial is due: a flag left armed (a power cut while it was
-		// armed or withdrawn, a boot loader that could not clear it) or a
-		// damaged copy is repaired now, before anything is written.
+	d.pendingEvents = append(d.pendingEvents, p.Events...)
+	if p.ApplyAtBoot != nil {
+		if err := d.o.Applier.Boot(ctx, *p.ApplyAtBoot); err != nil {
+			// Kept until a retry succeeds (syncConfig): the machine reads
+			// Degraded with ConfigApplied=False meanwhile.
+			d.bootErr = fmt.Errorf("applying the configuration at boot: %w", err)
+			log.Error(err, "Applying the configuration at boot failed")
+		}
+	}
+	if p.DisarmLeftovers {
 		if err := d.disarmLeftovers(ctx); err != nil {
 			log.Error(err, "Repairing the boot state failed; no release is downloaded until it succeeds")
 		}
 	}
-	if err := next.save(d.o.Root); err != nil {
+	if err := p.State.save(d.o.Root); err != nil {
 		return err
 	}
-	d.st = next
+	d.st = p.State
 	if d.mode == modeTrial {
 		d.startTrialTimer(ctx)
 		d.feedWatchdog(ctx)

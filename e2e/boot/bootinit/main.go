@@ -4,8 +4,9 @@
 // a /scenario file and a /slot file (the slot whose folder holds this
 // initramfs), into each slot's initramfs. It prints one line per step on
 // the console, each starting with "LIKEN-", which the tests read; the
-// report names both the slot the command line gives (slot=) and the slot
-// whose files were loaded (initrd=).
+// report names the slot the command line gives (slot=), the slot whose
+// initramfs was loaded (initrd=) and the kernel GRUB loaded (kernel=, the
+// BOOT_IMAGE= GRUB puts on the command line: the path it read).
 //
 // Scenarios (used on a trial boot; a boot that is not a trial always
 // reports and powers off):
@@ -85,6 +86,12 @@ func main() {
 	if b, err := os.ReadFile("/scenario"); err == nil {
 		scenario = strings.TrimSpace(string(b))
 	}
+	kernel := "none"
+	for _, f := range strings.Fields(string(cmdline)) {
+		if v, ok := strings.CutPrefix(f, "BOOT_IMAGE="); ok {
+			kernel = v
+		}
+	}
 	files := "none"
 	if b, err := os.ReadFile("/slot"); err == nil {
 		files = strings.TrimSpace(string(b))
@@ -111,8 +118,8 @@ func main() {
 	if trial {
 		t = 1
 	}
-	say("INIT slot=%s initrd=%s trial=%d scenario=%s state=%s primary=%s backup=%s uptime=%s",
-		slot, files, t, scenario, short(st, nil), copyState(boot.EnvFile), copyState(boot.BackupFile), uptime())
+	say("INIT slot=%s initrd=%s kernel=%s trial=%d scenario=%s state=%s primary=%s backup=%s uptime=%s",
+		slot, files, kernel, t, scenario, short(st, nil), copyState(boot.EnvFile), copyState(boot.BackupFile), uptime())
 
 	if !trial {
 		say("POWEROFF")
