@@ -226,13 +226,8 @@ func patchAnnotation(ctx context.Context, c versioned.Interface, m *v1alpha1.Mac
 }
 
 // awaitAnswer waits up to within for cluster-operator to answer an approval
-// of the change m staged: m holds a turn in the ledger, or has taken one
-// already (it no longer waits with that change: a simulated or very fast
-// machine can take and end its turn between two reads), or the Cluster's
-// Progressing condition says something new (the machine joins the ones it
-// names as waiting). A Progressing reason that stops turns for the whole
-// cluster is an answer already. It returns the Cluster and the Machine
-// last read, and whether they hold the answer.
+// of m's staged change (docs/design/protocol.md#one-definition-of-each-rule-and-one-voice);
+// it returns the Cluster and Machine last read, and whether they hold the answer.
 func awaitAnswer(ctx context.Context, c versioned.Interface, before *v1alpha1.Cluster, m *v1alpha1.Machine, within time.Duration) (*v1alpha1.Cluster, *v1alpha1.Machine, bool, error) {
 	said := func(cl *v1alpha1.Cluster) string {
 		if p := fleet.Progressing(cl); p != nil {

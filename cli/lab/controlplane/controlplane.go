@@ -439,16 +439,9 @@ func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) erro
 	return SetNodePower(ctx, cs, name, on)
 }
 
-// SetNodePower turns a kwok node's simulated power on or off: the power
-// label on its Node (Ready or NotReady) and on its Node Lease (renewed or
-// not). The Lease goes first when the power goes off, and last when it
-// comes back, renewed at once as a starting kubelet renews it, so a machine
-// never reads Ready with a silent Lease (cluster-operator would call it
-// Lost after it reported Ready again).
-// Powered on, the Node reads NotReady until kwok, as the kubelet of the
-// new boot, posts Ready with a fresh heartbeat: cluster-operator ends a
-// turn only on a Ready posted after the grant, and kwok posts Ready only on
-// a Node that is not Ready.
+// SetNodePower turns a kwok node's simulated power on or off (its Node and
+// Node Lease), in an order that never shows Ready with a silent Lease
+// (docs/development.md#the-fixture).
 func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on bool) error {
 	if on {
 		now := metav1.Now().UTC().Format(time.RFC3339)
