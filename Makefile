@@ -50,7 +50,7 @@ generate: ## Regenerate clientset, listers, informers and deepcopy.
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Formatting, vet and generated code.
+verify: ## Formatting, vet, the dependency rules (hack/verify-deps.sh) and generated code.
 	hack/verify.sh
 
 .PHONY: test

@@ -25,18 +25,9 @@ type Source struct {
 	File string
 }
 
-// Build publishes a release into the channel directory channelDir: it
-// copies every source into <channelDir>/<version>/, writes the release
-// document there, and adds the release to <channelDir>/index.yaml (or
-// replaces its entry). It returns the digest of the release document, which
-// a catalog entry pins.
-//
-// The release directory appears whole or not at all (it is assembled under
-// a hidden name and renamed), and index.yaml is replaced atomically, so a
-// web server sharing the channel never serves a half-written release. A
-// published release never changes: Build refuses a version whose directory
-// exists. Build does not lock the channel; run one Build at a time per
-// channel.
+// Build publishes a release into channelDir, whole or not at all, and
+// returns its document's digest; run one Build at a time per channel
+// (docs/reference/release-channel.md#publishing).
 func Build(channelDir, version string, artifacts []Source, published time.Time) (digest string, err error) {
 	if !ValidVersion(version) {
 		return "", fmt.Errorf("release version %q must look like YYYY.MM.DD-NNN, for example 2026.07.20-001", version)

@@ -154,19 +154,9 @@ var errStalled = errors.New("stalled")
 // errDocumentTimeout is the cause of a document read cut at its deadline.
 var errDocumentTimeout = errors.New("document read took too long")
 
-// Fetch downloads the release target from the channel at source into sink.
-//
-// It reads release.yaml with a bounded read, checks its digest before it
-// parses it, checks its version, then streams every artifact into the
-// sink while hashing, never reading past the declared size. It resumes
-// from the sink's checkpoint with HTTP Range (and restarts an artifact
-// cleanly when the server ignores the range), persists a checkpoint every
-// CheckpointBytes and when it stops early, and stops promptly when ctx or
-// the sink's context is canceled.
-//
-// Fetch does not stage: the slot store re-hashes the whole slot before it
-// marks it staged. Errors are *Error values that name the file and the
-// Reason. The Result is never nil.
+// Fetch downloads and verifies the release target from the channel at
+// source into sink, resuming from its checkpoint (the trust chain of
+// docs/reference/release-channel.md). Errors are *Error; the Result is never nil.
 func (f *Fetcher) Fetch(ctx context.Context, source string, target Target, sink Sink) (_ *Result, err error) {
 	res := &Result{}
 	parent := ctx

@@ -12,12 +12,9 @@ import (
 	"strings"
 )
 
-// VerifyDir re-checks a slot directory against target: release.yaml must
-// have the target's digest and version, every artifact must have the size
-// and sha256 the document gives, and no other file may be there (names
-// starting with a dot are ignored: they are the store's temporary files,
-// and no artifact can have one). It reads every byte. It returns the
-// document, or an *Error naming the first file that does not verify.
+// VerifyDir re-reads a slot directory against target: the document, every
+// artifact, and no other file (dot files are the store's temporary files,
+// which no artifact can be). The error is an *Error naming the first file.
 func VerifyDir(ctx context.Context, root *os.Root, target Target) (*Document, error) {
 	if err := target.Validate(); err != nil {
 		return nil, &Error{Reason: ReasonInvalidDocument, Version: target.Version, Err: err}

@@ -104,51 +104,45 @@ type binaries struct {
 	liken, likenNode, operator, kube string
 }
 
-// findBinaries looks for the lab's programs next to the running liken (or
-// in $LIKEN_BIN), and builds them with make when they are missing and the
-// liken source tree is at hand.
+// findBinaries looks for the lab's programs where liken looks for its
+// programs (srctree.BinDir), and builds them with make when they are
+// missing and the liken source tree is at hand.
 func findBinaries(log io.Writer) (binaries, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return binaries{}, err
 	}
-	dir := filepath.Dir(self)
-	if d := os.Getenv("LIKEN_BIN"); d != "" {
-		dir = d
-	}
-	b := binaries{
-		liken:     self,
-		likenNode: filepath.Join(dir, "liken-node"),
-		operator:  filepath.Join(dir, "cluster-operator"),
-		kube:      filepath.Join(dir, "kube"),
-	}
-	missing := func() []string {
-		var m []string
-		for _, p := range []string{b.likenNode, b.operator, b.kube} {
-			if _, err := os.Stat(p); err != nil {
-				m = append(m, p)
-			}
+	in := func(dir string) binaries {
+		return binaries{
+			liken:     self,
+			likenNode: filepath.Join(dir, "liken-node"),
+			operator:  filepath.Join(dir, "cluster-operator"),
+			kube:      filepath.Join(dir, "kube"),
 		}
-		return m
 	}
-	if len(missing()) == 0 {
-		return b, nil
+	dir, err := srctree.BinDir("liken-node", "cluster-operator", "kube")
+	if err == nil {
+		return in(dir), nil
 	}
 	src := sourceTree()
 	if src == "" {
-		return b, fmt.Errorf("missing %s: build them with make build in the liken source tree, or set LIKEN_BIN to the folder that holds them", strings.Join(missing(), ", "))
+		return binaries{}, err
 	}
-	fmt.Fprintf(log, "Building what is missing (%s) with make build in %s...\n", strings.Join(missing(), ", "), src)
+	fmt.Fprintf(log, "Building liken-node, cluster-operator and kube with make build in %s (not found in %s)...\n", src, strings.Join(srctree.BinDirs(), ", "))
 	cmd := exec.Command("make", "-C", src, "build")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
-		return b, fmt.Errorf("make build: %w", err)
+		return binaries{}, fmt.Errorf("make build: %w", err)
 	}
-	b.likenNode = filepath.Join(src, "_output", "bin", "liken-node")
-	b.operator = filepath.Join(src, "_output", "bin", "cluster-operator")
-	b.kube = filepath.Join(src, "_output", "bin", "kube")
-	if m := missing(); len(m) > 0 {
-		return b, fmt.Errorf("make build did not produce %s", strings.Join(m, ", "))
+	b := in(filepath.Join(src, "_output", "bin"))
+	var missing []string
+	for _, p := range []string{b.likenNode, b.operator, b.kube} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return b, fmt.Errorf("make build did not produce %s", strings.Join(missing, ", "))
 	}
 	return b, nil
 }

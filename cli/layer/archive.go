@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // Member names inside a layer archive.
@@ -141,37 +141,16 @@ func (l *Layer) Write(w io.Writer) error {
 	return zw.Close()
 }
 
-// WriteFile writes the layer to path with mode 0600 through a temporary file
-// in the same directory, so a failed write leaves nothing behind. It refuses
-// to replace an existing file unless overwrite is set.
+// WriteFile writes the layer to path with mode 0600, whole or not at all
+// (atomicfile), so a failed write or a power cut leaves the old file or
+// none. It refuses to replace an existing file unless overwrite is set.
 func (l *Layer) WriteFile(path string, overwrite bool) error {
 	if !overwrite {
 		if _, err := os.Lstat(path); err == nil {
 			return fmt.Errorf("%s already exists: choose another name or pass --force to replace it", path)
 		}
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if err := l.Write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFunc(path, 0o600, l.Write)
 }
 
 // ReadFile reads and checks a layer archive file (see Read).

@@ -261,12 +261,8 @@ func ValidateDocument(source string, raw []byte) (*Document, error) {
 }
 
 // ValidateObject checks one Cluster or Machine the way the API server checks
-// a create: apiVersion and kind, metadata (a DNS subdomain name, no
-// namespace, valid labels and annotations), no unknown fields, the CRD's
-// defaults, schema (types, enums, formats, lengths), list keys, and its CEL
-// rules (such as spec.version being in the catalog), and what only code can
-// check: that every maintenance window's time zone exists. status is ignored, as
-// the API server ignores it on create. Errors name the document and field.
+// a create (metadata, unknown fields, defaults, the CRD's schema and CEL
+// rules), plus the windows' time zones; errors name the document and field.
 func ValidateObject(source string, obj map[string]interface{}) (*Document, error) {
 	vals, err := loadValidators()
 	if err != nil {

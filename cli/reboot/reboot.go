@@ -136,10 +136,10 @@ func notWaiting(clusterName string, m *v1alpha1.Machine) error {
 	case phase == v1alpha1.MachineUpdating || phase == v1alpha1.MachineRebooting:
 		return fmt.Errorf("%s: it already holds its turn (phase %s)", why, phase)
 	case phase == v1alpha1.MachineLost:
-		return fmt.Errorf("%s: it is Lost (no heartbeat for 40 s). Bring it back first; kubectl describe machine %s shows its last report", why, m.Name)
+		return fmt.Errorf("%s: it is Lost (cluster-operator saw no heartbeat on its Node Lease). Bring it back first; kubectl describe machine %s shows its last report and since when it is silent", why, m.Name)
 	case phase == v1alpha1.MachineDegraded:
 		return fmt.Errorf("%s: it is Degraded and needs a person; kubectl describe machine %s shows why", why, m.Name)
-	case fleet.AwaitingTurn(m) && m.Spec.RebootPolicy == v1alpha1.RebootAuto:
+	case fleet.AwaitingTurn(m) && !rules.IsManual(m):
 		return fmt.Errorf("%s: its rebootPolicy is Auto, so it takes its turn without approval (it waits for its turn now)", why)
 	case m.Status.Change == "":
 		return fmt.Errorf("%s: it reports phase %s but no staged change (status.change is empty); wait for its next report", why, phase)
@@ -179,7 +179,7 @@ func Approve(ctx context.Context, c versioned.Interface, clk clock.PassiveClock,
 		if err != nil {
 			return err
 		}
-		if fleet.Approved(m) {
+		if rules.Approved(m, m.Status.Change) {
 			fmt.Fprintf(out, "Machine %s was already approved for its staged change (%s).\n", m.Name, fleet.DescribeChange(m))
 			writePlace(out, cl, m, clk.Now(), true)
 			return nil
@@ -226,13 +226,8 @@ func patchAnnotation(ctx context.Context, c versioned.Interface, m *v1alpha1.Mac
 }
 
 // awaitAnswer waits up to within for cluster-operator to answer an approval
-// of the change m staged: m holds a turn in the ledger, or has taken one
-// already (it no longer waits with that change: a simulated or very fast
-// machine can take and end its turn between two reads), or the Cluster's
-// Progressing condition says something new (the machine joins the ones it
-// names as waiting). A Progressing reason that stops turns for the whole
-// cluster is an answer already. It returns the Cluster and the Machine
-// last read, and whether they hold the answer.
+// of m's staged change (docs/design/protocol.md#one-definition-of-each-rule-and-one-voice);
+// it returns the Cluster and Machine last read, and whether they hold the answer.
 func awaitAnswer(ctx context.Context, c versioned.Interface, before *v1alpha1.Cluster, m *v1alpha1.Machine, within time.Duration) (*v1alpha1.Cluster, *v1alpha1.Machine, bool, error) {
 	said := func(cl *v1alpha1.Cluster) string {
 		if p := fleet.Progressing(cl); p != nil {
@@ -360,7 +355,7 @@ func nextAfterRequest(out io.Writer, cl *v1alpha1.Cluster, m *v1alpha1.Machine, 
 		next = "Once it is no longer Degraded"
 	}
 	fmt.Fprintf(out, "%s: %s stages the reboot (phase RebootPending), ", next, m.Name)
-	if m.Spec.RebootPolicy == v1alpha1.RebootAuto {
+	if !rules.IsManual(m) {
 		fmt.Fprintf(out, "then waits for a turn under the disruption budget of cluster %s.\n", cl.Name)
 	} else {
 		fmt.Fprintf(out, "then waits for your approval, because its rebootPolicy is Manual:\n  liken approve-reboot %s %s\n", cl.Name, m.Name)

@@ -223,7 +223,7 @@ func TestApproveRefuses(t *testing.T) {
 				Download: &v1alpha1.DownloadProgress{Version: clitest.Version2, BytesDone: 100 << 20, BytesTotal: 400 << 20}}
 		}, want: "it is still downloading 2026.10.12-001 (100.0 MiB of 400.0 MiB). It asks for approval once the release is verified and staged"},
 		{name: "lost", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status.Phase = v1alpha1.MachineLost },
-			want: "it is Lost (no heartbeat for 40 s)"},
+			want: "it is Lost (cluster-operator saw no heartbeat on its Node Lease)"},
 		{name: "degraded", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status.Phase = v1alpha1.MachineDegraded },
 			want: "it is Degraded and needs a person; kubectl describe machine node-4 shows why"},
 		{name: "no status", cluster: "mycluster", machine: "node-4", change: func(m *v1alpha1.Machine) { m.Status = v1alpha1.MachineStatus{} },

@@ -27,6 +27,7 @@ import (
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/generated/informers/externalversions"
 	"liken.sh/liken/generated/informers/externalversions/internalinterfaces"
+	"liken.sh/liken/internal/rules"
 )
 
 // NewCommand returns liken rollout and its subcommands.
@@ -379,9 +380,9 @@ func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 		s.note = "holds its turn: it cordons and drains its node next"
 	case m.Status.Phase == v1alpha1.MachineRebootPending && onlyRestartK3s(m.Status.Pending):
 		s.note = "waits for a leader turn to restart k3s (no reboot)"
-	case fleet.AwaitingApproval(m) && !fleet.Approved(m):
+	case fleet.AwaitingApproval(m) && !rules.Approved(m, m.Status.Change):
 		s.note = "awaiting approval: liken approve-reboot " + m.Spec.Cluster + " " + m.Name
-	case fleet.AwaitingTurn(m) || fleet.Approved(m):
+	case fleet.AwaitingTurn(m) || rules.Approved(m, m.Status.Change):
 		s.note = "waiting for a turn: see what cluster-operator says"
 	}
 	return s

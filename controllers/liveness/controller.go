@@ -77,12 +77,8 @@ type Controller struct {
 	queue    *worker.Queue
 	synced   []cache.DoneChecker
 
-	// verdicts orders Lost verdicts against turn decisions: a verdict is
-	// made and written under the write lock, a decision reads the
-	// machines and their silence under the read lock (Hold), and a
-	// machine's verdict stops counting as pending only under the write
-	// lock too. So a decision never reads a machine as alive from a view
-	// that a Lost write in flight is about to contradict.
+	// verdicts keeps Lost verdicts (write lock) and turn decisions (read
+	// lock, Hold) from interleaving (docs/design/protocol.md#liveness).
 	verdicts sync.RWMutex
 
 	mu sync.Mutex
@@ -92,10 +88,7 @@ type Controller struct {
 	// so Silent says it is down.
 	pending map[string]string
 	// judged holds, per machine written Lost, the renewal its Lease showed
-	// then: one verdict per silence. If the machine's daemon writes its own
-	// phase while its kubelet still renews nothing (a slow trial boot), the
-	// verdict is not written again until a renewal ends the silence; the
-	// machine still counts as silent for the turns.
+	// then: one verdict per silence (docs/design/protocol.md#liveness).
 	judged map[string]string
 	// seen is, per machine, the last time (on this copy's clock) its Lease
 	// changed, or it was first observed.
@@ -167,12 +160,8 @@ func (c *Controller) LastSeen(name string) (time.Time, bool) {
 }
 
 // Silent is true when the machine's Node Lease has not been seen renewed
-// for the lost-after duration: the machine counts as Lost even before the
-// verdict is written. The turn controller asks, so that a grant never
-// races the Lost write. Silent errs towards true: until the first list of
-// Leases arrived every machine is silent, and a Lease seen only in that
-// list counts from the start of leadership, since when it was renewed is
-// unknown.
+// for the lost-after duration, even before Lost is written, so that a grant
+// never races the verdict; it errs towards true (docs/design/protocol.md#liveness).
 func (c *Controller) Silent(name string, now time.Time) bool {
 	if !c.cfg.Leases.Informer().HasSynced() {
 		return true
@@ -363,13 +352,9 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	return 0, nil
 }
 
-// writeLost writes the machine Lost, unless its Lease turns out to be
-// renewed, and reports whether it did. judged is when the verdict last saw
-// the Lease renewed. From the Lease read to the write it
-// holds the verdict lock with the machine marked pending: a renewal seen
-// meanwhile cannot let a turn decision count the machine alive while its
-// Lost is being written. The mark stays after a write until the informer
-// delivers the written Machine (observeMachine).
+// writeLost writes the machine Lost unless its Lease, read again, was
+// renewed after judged, and reports whether it did. The machine stays
+// pending until the informer delivers the write (docs/design/protocol.md#liveness).
 func (c *Controller) writeLost(ctx context.Context, m *likenv1.Machine, judged time.Time) (bool, error) {
 	name := m.Name
 	c.verdicts.Lock()

@@ -370,13 +370,8 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	what := "updating the columns of cluster " + cluster.Name
 	if decided {
-		// A copy that was paused must not act on what it saw before:
-		// confirm the lease before every ledger write (the resourceVersion
-		// guards the ledger itself). A write of the columns alone needs no
-		// lease: it carries the ledger, halt and conditions exactly as
-		// read, under the resourceVersion read, so it cannot undo or add a
-		// turn; at worst it shows counts a moment old, which the next sync
-		// corrects.
+		// A paused copy must not act on what it saw: confirm the lease before
+		// a ledger write, not a columns-only one (docs/design/protocol.md#cluster-operator-grants-a-turn).
 		what = "updating the turn ledger of cluster " + cluster.Name
 		if len(d.Granted) > 0 {
 			what = fmt.Sprintf("granting turns to %s in cluster %s", fleet.TurnsString(d.Granted), cluster.Name)

@@ -68,12 +68,9 @@ type Input struct {
 // Drain is what the drain of a machine's node would take from the
 // PodDisruptionBudgets now.
 type Drain struct {
-	// Needs are, for each PodDisruptionBudget (namespace/name) that covers
-	// pods the drain evicts, those pods (namespace/name, sorted): each of
-	// their evictions takes one of the budget's disruptions. Pods the drain
-	// does not evict (DaemonSet, mirror, DRA driver and finished pods), and
-	// pods whose eviction takes no disruption (Pending, or already being
-	// deleted), are not listed.
+	// Needs are, by PodDisruptionBudget (namespace/name), the pods
+	// (namespace/name, sorted) whose eviction takes one of its
+	// disruptions (eviction.Evicts).
 	Needs map[string][]string
 }
 
@@ -155,18 +152,8 @@ type Decision struct {
 	RequeueAfter time.Duration
 }
 
-// Decide computes the ledger, halt and Progressing condition from in.
-//
-// The rules are those of docs/design/protocol.md: end turns that are
-// done, failed or no longer wanted; honour a resume request; halt on a
-// failed trial or a stalled turn; then, while a maintenance window is
-// open (or when the cluster declares none), grant, leaders before workers
-// and by machine name, while turns held plus unavailable machines without
-// a turn stay within maxUnavailable and at most one leader is down; a
-// Release turn only to a machine whose staged release is spec.version; and
-// never to a machine whose drain PodDisruptionBudgets would block now,
-// counting the evictions the drains of the turns held still need: the
-// next machine in order takes its turn.
+// Decide computes the ledger, halt and Progressing condition from in: it
+// ends turns, halts, then grants by the rules of docs/design/protocol.md.
 func Decide(in Input) Decision {
 	c := in.Cluster
 	st := c.Status.DeepCopy()
@@ -555,16 +542,9 @@ func endAfterBoot(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target st
 	return e, true
 }
 
-// nodeBack is true when the machine's Node shows its kubelet back after
-// the turn's reboot. A Kubernetes Node stays Ready for about 40 s after its
-// kubelet went silent, and the old boot's kubelet may still post Ready
-// after the grant while the machine drains, so Ready alone may be the last
-// boot's word. A kubelet that reports its boot ID settles it: Ready from a
-// boot other than the one the turn was granted in, posted no earlier than
-// the grant's second (the API keeps both times to the second, and a fast
-// machine is back within it). A Node without a boot ID (a simulated one)
-// needs a Ready heartbeat in a later second than the grant. A machine
-// without a Node is judged by its own status.
+// nodeBack is true when the machine's Node shows its kubelet back from the
+// turn's reboot: Ready alone may be the last boot's word
+// (docs/design/protocol.md#cluster-operator-ends-a-turn).
 func nodeBack(t likenv1.RebootTurn, node Node) bool {
 	switch {
 	case node.State == fleet.NodeMissing:
@@ -730,15 +710,9 @@ func needsApproval(m *likenv1.Machine) bool {
 }
 
 // endRestartK3s says whether the RestartK3s turn t of machine m ends, and
-// how. The machine restarts k3s in place and reports the turn's change
-// until its Node is Ready again with a heartbeat later than the restart;
-// the turn then ends once the operator too sees the Node Ready, from the
-// machine's boot, with a heartbeat after the grant, so the next leader
-// never goes down while this one's datastore member is not back. A
-// machine that cannot restart k3s keeps the turn (it reads Degraded with
-// the turn's change) until it does, or the stall timeout halts the
-// rollout. A turn whose change vanished before the restart ends the same
-// way, at the kubelet's next Ready after the grant.
+// how: only once its Node is Ready again after the grant, so the next
+// leader never goes down while this one's datastore member is not back
+// (docs/design/protocol.md#cluster-operator-ends-a-turn).
 func endRestartK3s(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool) {
 	holding := m.Status.Change == t.Change
 	switch m.Status.Phase {
@@ -794,12 +768,9 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) 
 		t.Machine, t.Reason, t.GrantedAt.UTC().Format(time.RFC3339), timeout, cluster, likenv1.AnnotationResumeRollout)
 }
 
-// orderMessage explains why machines that wait for a Release turn get
-// none because of the order: in an upgrade every leader runs version
-// before any worker; in a downgrade every worker runs it before any
-// leader. It names the machines of the other group not proven on version
-// yet and what each of them does; it is empty when nobody waits for that
-// reason.
+// orderMessage names, for machines that wait for a Release turn only
+// because of the order (leaders first in an upgrade, workers first in a
+// downgrade), the machines of the other group not yet proven on version.
 func orderMessage(machines, waiting []*likenv1.Machine, inLedger, inTrial func(string) bool, version string, skipped []Skip) string {
 	upgrade, downgrade := false, false
 	for _, m := range waiting {

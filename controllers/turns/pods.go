@@ -17,14 +17,9 @@ import (
 	"liken.sh/liken/internal/eviction"
 )
 
-// Pod is what the drain check keeps of a pod. The pod informer's
-// transform (TrimPod) replaces every Pod it receives with one, so that
-// the operator holds a few hundred bytes per pod of the cluster, not a
-// whole Pod: see docs/benchmarks.md.
-//
-// Strings that many pods share are interned (unique.Make): the namespace,
-// the node name and the whole label set, which the pods of one workload
-// have in common; each pod holds only its name and resourceVersion.
+// Pod is what the drain check keeps of a pod (TrimPod), with the strings
+// pods share interned: a few hundred bytes per pod, not a whole Pod
+// (docs/benchmarks.md#the-drain-checks-pod-cache).
 type Pod struct {
 	namespace unique.Handle[string]
 	// Name of the pod.

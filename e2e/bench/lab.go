@@ -69,10 +69,7 @@ type LabOptions struct {
 // LIKEN_LAB_HOME.
 func StartLab(t testing.TB, o LabOptions) *Lab {
 	t.Helper()
-	bin := fleetsim.BinDir(t)
-	for _, b := range []string{"liken", "liken-node", "cluster-operator", "kube"} {
-		fleetsim.Binary(t, b)
-	}
+	bin := fleetsim.BinDir(t, "liken", "liken-node", "cluster-operator", "kube")
 	l := &Lab{t: t, name: o.Name, bin: bin}
 	home := t.TempDir()
 	if d := os.Getenv("LIKEN_BENCH_LOGS"); d != "" {

@@ -107,11 +107,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 		t.Fatalf("only %s left before go test's -timeout; a lab scenario needs up to %s: run these tests with -timeout 30m (as make test does)",
 			time.Until(deadline).Round(time.Second), minTimeLeft)
 	}
-	bin := fleetsim.BinDir(t)
-	for _, b := range []string{"liken", "liken-node", "cluster-operator", "kube"} {
-		_, err := os.Stat(filepath.Join(bin, b))
-		assert.NilError(t, err, "the lab needs %s: run make build (or set LIKEN_BIN)", b)
-	}
+	bin := fleetsim.BinDir(t, "liken", "liken-node", "cluster-operator", "kube")
 	l := &lab{t: t, name: name, bin: bin}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, startupGraceEnv+"=") {

@@ -2,6 +2,7 @@
 package atomicfile
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -11,6 +12,15 @@ import (
 // directory, so a reader or a crash sees the old or the new content, never
 // a mix.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return WriteFunc(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFunc replaces path, as Write does, with what write streams; when
+// write fails, path is left as it was and no temporary file remains.
+func WriteFunc(path string, perm os.FileMode, write func(io.Writer) error) error {
 	dir, name := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -27,10 +37,10 @@ func Write(path string, data []byte, perm os.FileMode) error {
 			os.Remove(tmp)
 		}
 	}()
-	if _, err := f.Write(data); err != nil {
+	if err := f.Chmod(perm); err != nil {
 		return err
 	}
-	if err := f.Chmod(perm); err != nil {
+	if err := write(f); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {

@@ -109,12 +109,9 @@ func BudgetSelector(b *policyv1.PodDisruptionBudget) (sel labels.Selector, ok bo
 	return sel, true
 }
 
-// Evicts tells whether the drain evicts pod, and whether that eviction
-// takes a disruption from the PodDisruptionBudgets that cover it. The
-// drain evicts what Classify calls a claim holder or other; the Eviction
-// API lets a Pending pod go without consulting a budget, and a pod
-// already being deleted is not evicted again (its budget counted it when
-// it went).
+// Evicts tells whether the drain evicts pod (a claim holder or other), and
+// whether that takes a disruption from its budgets: not for a Pending pod
+// (the Eviction API lets it go) nor one already being deleted.
 func Evicts(pod *corev1.Pod) (evicted, takesDisruption bool) {
 	switch k, _ := Classify(pod); k {
 	case ClaimHolder, Other:

@@ -68,12 +68,9 @@ func (s Schedule) Windows() []Window { return s.windows }
 // Path is the field that holds the windows, for messages.
 var Path = field.NewPath("spec", "disruption", "windows")
 
-// Parse reads spec.disruption.windows. The errors name the field of each
-// problem, as the API server names them: an unknown day, a start that is
-// not HH:MM, a duration that is not more than 0 and at most 7 days, or a
-// time zone this program does not know. The API server's schema refuses
-// all but the last; Parse checks them all again, so that a Cluster that
-// somehow carries one is never read as something else.
+// Parse reads spec.disruption.windows, naming each problem's field as the
+// API server does; it checks again what the schema refuses, so that a
+// Cluster that somehow carries one is never read as something else.
 func Parse(windows []likenv1.MaintenanceWindow) (Schedule, field.ErrorList) {
 	var errs field.ErrorList
 	if len(windows) > MaxWindows {

@@ -76,14 +76,9 @@ func SelectBoot(dir string) (slot Slot, trial bool, err error) {
 	return sel.Slot, sel.Trial, nil
 }
 
-// SelectBootDetail reads dir/grubenv, falling back to dir/grubenv.bak, then
-// to the proven slot either copy still names, then to slot A. When the copy
-// it used arms a trial, it sets the flag to 0 with GRUB's save_env rules
-// (backup copy first when the primary is used, then the copy used), reads
-// the copy back, and only when the flag reads 0 returns the trial slot;
-// otherwise it returns the proven slot, so a trial can never repeat. It
-// fails only when dir itself cannot be read; everything inside dir leads
-// to a slot, as it does in GRUB.
+// SelectBootDetail chooses the slot as grub.cfg does, clearing a trial flag
+// before it boots the trial (docs/design/boot.md#reading-the-state-every-power-on);
+// it fails only when dir itself cannot be read.
 func SelectBootDetail(dir string) (Selection, error) {
 	if _, err := os.ReadDir(dir); err != nil {
 		return Selection{}, fmt.Errorf("simulated firmware: boot folder: %w", err)

@@ -38,14 +38,9 @@ const kernelArgsHeader = "# Written by liken-node from the Cluster's settings.ke
 // string KernelArgsFile holds, and GRUB may expand * ? [ ] as file names.
 const kernelArgForbidden = `"'\*?[]`
 
-// ValidateKernelArgs checks that GRUB can pass every argument to the kernel
-// unchanged and that none can stop liken's boot script from working: no
-// empty argument, only printable ASCII without white space or any of
-// " ' \ * ? [ ], no "--", nothing named liken.* or panic (the boot
-// script's own parameters: extra arguments come after them and would win),
-// no sysctl.kernel.panic (nor sysctl/kernel/panic and its other spellings),
-// at most MaxKernelArgs arguments and MaxKernelArgsLen bytes in all. The
-// error names the argument.
+// ValidateKernelArgs checks that GRUB passes every argument to the kernel
+// unchanged and that none can defeat liken's boot script; the error names
+// the argument (docs/design/boot.md#quoting lists what is refused and why).
 func ValidateKernelArgs(args []string) error {
 	if len(args) > MaxKernelArgs {
 		return fmt.Errorf("%d kernel arguments given, more than the %d liken passes: the kernel panics at boot when it has to hand too many unknown arguments to init; shorten settings.kernelArgs", len(args), MaxKernelArgs)

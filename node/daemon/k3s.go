@@ -21,15 +21,9 @@ func (d *Daemon) k3sHeld() *turnRecord {
 	return nil
 }
 
-// syncK3sTurn runs a leader's RestartK3s turn: once the ledger grants the
-// change, it records the turn, restarts k3s in place with the declared
-// configuration, records the restart with Applied, and holds the turn
-// until the Node of this boot is Ready with a heartbeat in a later second
-// than the restart. No cordon, no drain, no reboot. Every step is on disk
-// before the next: a daemon that restarts resumes the turn where it was
-// (a restart not yet recorded is made again), and a boot drops the turn
-// (startBoot) with Applied in effect, so a change not yet in Applied asks
-// again. Call with d.mu held.
+// syncK3sTurn runs a leader's RestartK3s turn, each step on disk before
+// the next so that a restart or a power cut resumes or asks again
+// (docs/design/protocol.md#a-leader-restarts-k3s-in-its-turn). Call with d.mu held.
 func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 	log := klog.FromContext(ctx)
 	entry := ledgerEntry(v.c, d.o.Machine)

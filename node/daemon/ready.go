@@ -7,14 +7,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// readySince tells whether the kubelet of this boot posted the node's
-// Ready condition with a heartbeat at notBefore or later, and if not,
-// what the caller still waits for. Kubernetes keeps a silent Node Ready
-// for about 40 s (the node-monitor grace period), across a reboot or a
-// restart of k3s: a Ready only counts when the Node's
-// status.nodeInfo.bootID is this boot's and its heartbeat is fresh.
-// event and at name what notBefore follows ("this boot", its start), for
-// the message.
+// readySince tells whether the kubelet of this boot posted Ready with a
+// heartbeat at notBefore or later (a silent Node stays Ready for about 40 s,
+// docs/design/protocol.md#the-machine-takes-its-turn), and if not, what it
+// waits for; event and at name notBefore in that message.
 func readySince(n *corev1.Node, bootID string, notBefore time.Time, event string, at time.Time) (bool, string) {
 	if n == nil {
 		return false, "the Node does not exist"

@@ -9,13 +9,8 @@ import (
 )
 
 // StartFailed is what liken-node does when it cannot start or stops on an
-// error (its boot information, kubeconfig, slot store, state file or boot
-// loader cannot be read, the state cannot be saved). On a proven boot it
-// returns err: the service manager restarts it. On a trial boot it reboots
-// at once instead: the boot loader has already cleared the trial flag, so
-// the machine returns to its proven slot, which reports the failed trial,
-// rather than restart for ever on a slot nothing proved. bi needs only
-// Trial; a boot whose command line could not be read is not a trial.
+// error: it returns err on a proven boot (the service manager restarts it)
+// and reboots to the proven slot on a trial boot (docs/design/boot.md#what-each-failure-leads-to).
 func StartFailed(ctx context.Context, bi BootInfo, r Rebooter, err error) error {
 	if err == nil || errors.Is(err, ErrRebooted) || !bi.Trial {
 		return err

@@ -56,12 +56,9 @@ type diskState struct {
 	Trial *trialRecord `json:"trial,omitempty"`
 	// TrialFailure is the last trial that failed, while it still matters.
 	TrialFailure *trialFailure `json:"trialFailure,omitempty"`
-	// K3sRestartDue is set when a leader's RestartK3s turn ended before
-	// the restart was confirmed (the turn left the ledger while the
-	// restart failed or was under way): what k3s runs is not known, so
-	// the leader asks for a turn to restart it with the declared
-	// configuration, even one Applied already holds. (An older daemon
-	// ignores it.)
+	// K3sRestartDue: a RestartK3s turn ended before its restart was
+	// recorded, so what k3s runs is unknown and the leader asks for a turn
+	// again (docs/design/protocol.md#a-leader-restarts-k3s-in-its-turn); older daemons ignore it.
 	K3sRestartDue bool `json:"k3sRestartDue,omitempty"`
 }
 

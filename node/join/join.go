@@ -72,13 +72,8 @@ type Options struct {
 }
 
 // Join makes sure Kubeconfig holds a valid certificate for the machine,
-// joining with the bootstrap token when it does not. It returns once the
-// file is written, or when ctx ends: the certificate is issued only after
-// the cluster approves the request, so give ctx a deadline.
-//
-// The kubeconfig is written whole or not at all (a temporary file, synced,
-// then renamed), so a power cut leaves the old file or the new one: a
-// machine that lost power mid-join joins again with a new key.
+// joining with the bootstrap token when it does not; give ctx a deadline,
+// as the cluster may never approve (docs/design/image.md#joining-the-cluster).
 func Join(ctx context.Context, o Options) error {
 	if o.Machine == "" {
 		return errors.New("joining: no machine name")

@@ -37,12 +37,8 @@ var powerCut = func(point string) {}
 const bootTmpPrefix = ".liken-tmp-"
 
 // WithBootPartition names the folder the boot partition is mounted on
-// (/boot on a machine: the parent of /boot/grub). The store then installs
-// each slot's kernel and initramfs (the release artifacts boot/vmlinuz and
-// boot/initrd.img) into <dir>/<slot>/vmlinuz and <dir>/<slot>/initrd.img
-// when it stages the slot, and Recheck verifies them. Without it (or with
-// "") the store writes nothing outside its root: the lab's simulated
-// firmware loads no kernel.
+// (/boot), where the store installs each slot's kernel and initramfs; without
+// it the store writes nothing outside its root (docs/design/boot.md#the-kernel-grub-loads).
 func WithBootPartition(dir string) Option { return func(s *Store) { s.bootPart = dir } }
 
 // BootDir is the folder on the boot partition that holds a slot's kernel
@@ -102,13 +98,9 @@ func isBootName(n string) bool {
 	return false
 }
 
-// installBootFiles copies the kernel and initramfs of the verified slot
-// name to the boot partition. Each file is written to a temporary file
-// in the slot's boot folder, hashed while it is written and compared with
-// the release document, synced, renamed into place, and the folder is
-// synced: GRUB's path names either nothing or bytes that verified. A
-// release without them installs nothing (and clearBootFiles has removed
-// what an older release left).
+// installBootFiles copies the verified slot's kernel and initramfs to the
+// boot partition so that GRUB's path names nothing or bytes that verified
+// (docs/design/boot.md#the-kernel-grub-loads).
 func (s *Store) installBootFiles(ctx context.Context, name string, doc *release.Document) error {
 	dir := s.BootDir(name)
 	if dir == "" {

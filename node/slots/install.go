@@ -13,14 +13,9 @@ import (
 	"liken.sh/liken/release"
 )
 
-// Install puts a release into slot name of a new store under root, as the
-// installer (or the lab, for a new machine) does: it copies release.yaml
-// and every artifact from releaseDir (a release directory of a channel),
-// verifies the slot against target, installs the release's kernel and
-// initramfs on the boot partition when opts give one (WithBootPartition),
-// and records the slot as Active and the other slot as Empty. It refuses a
-// root that already has a state: an installed machine is never
-// overwritten this way.
+// Install copies and verifies the release in releaseDir into slot name of a
+// new store under root (Active, the other slot Empty), as liken install and
+// the lab do; it refuses a root that has a state, so an installed machine is never overwritten.
 func Install(ctx context.Context, root, name, releaseDir string, target release.Target, opts ...Option) error {
 	if err := validSlot(name); err != nil {
 		return err

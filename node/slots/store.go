@@ -366,16 +366,10 @@ func (s *Store) set(st *diskState, name string, state v1alpha1.SlotState, target
 	st.Slots[slotIndex(name)] = Info{Name: name, State: state, Version: target.Version, Digest: target.Digest, Message: message, Since: s.clock.Now().UTC()}
 }
 
-// BeginDownload prepares slot name to receive target and returns the
-// handle release.Fetcher writes through. The slot is marked Downloading
-// on disk before anything in it changes.
-//
-// When the slot was already receiving the same release (Downloading, or
-// Failed with a download record, for example after a restart), its bytes
-// and checkpoint are kept so the download resumes. Otherwise any other
-// download is withdrawn and the slot is emptied. It refuses the booted
-// slot, the proven (Active) slot, and (ErrAlreadyStaged) a slot that
-// already holds target, staged.
+// BeginDownload marks slot name Downloading for target, resuming a download
+// of the same release, and returns the handle release.Fetcher writes
+// through (docs/design/boot.md#the-kernel-grub-loads). It refuses the
+// booted and the Active slot, and with ErrAlreadyStaged a slot that holds target staged.
 func (s *Store) BeginDownload(name string, target release.Target) (*Download, error) {
 	if err := target.Validate(); err != nil {
 		return nil, err
@@ -450,14 +444,9 @@ func (s *Store) Withdraw(name string) error {
 	return s.clearBootFiles(name)
 }
 
-// Stage re-reads the whole slot (release.yaml against the digest, every
-// artifact against the document, nothing else in the slot), installs the
-// release's kernel and initramfs on the boot partition (WithBootPartition),
-// and marks the slot Staged when everything verifies. When something does
-// not verify, the slot is marked Failed with the reason and the error (a *release.Error)
-// is returned. The slot must be Downloading; its download handle stops
-// writing. If ctx ends, or the slot is withdrawn or retargeted meanwhile,
-// the slot keeps its state and nothing is staged.
+// Stage re-reads the Downloading slot name, installs its kernel and
+// initramfs, and marks it Staged, or Failed with the *release.Error
+// (docs/design/boot.md#the-kernel-grub-loads). Its download handle stops writing.
 func (s *Store) Stage(ctx context.Context, name string) (*release.Document, error) {
 	s.mu.Lock()
 	if err := s.writable(name); err != nil {

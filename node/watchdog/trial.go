@@ -28,14 +28,9 @@ type trialState struct {
 	} `json:"trial"`
 }
 
-// ForTrial returns the timeout the init arms a trial boot's watchdog with,
-// read from liken-node's state file: what is left of the Cluster's
-// trialTimeout since the trial was armed, never more than the whole
-// timeout (a clock that jumped back) and never less than MinTrialTimeout.
-// So a slow but healthy boot is given as long as the Cluster allows, and a
-// hang still ends within about the trial timeout. The text says where the
-// figure came from, for the console. Without a readable trial record it
-// returns InitTimeout and says why.
+// ForTrial returns the timeout the init arms a trial boot's watchdog with
+// (what is left of the trial timeout, docs/design/boot.md#the-trial-watchdog)
+// and, for the console, where the figure came from.
 func ForTrial(state []byte, now time.Time) (time.Duration, string) {
 	var st trialState
 	if err := json.Unmarshal(state, &st); err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/printable"
-	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/internal/window"
 )
 
@@ -47,10 +46,6 @@ func AwaitingTurn(m *v1alpha1.Machine) bool {
 	c := RebootPending(m)
 	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonAwaitingTurn
 }
-
-// Approved reports whether the machine's staged change carries a person's
-// approval.
-func Approved(m *v1alpha1.Machine) bool { return rules.Approved(m, m.Status.Change) }
 
 // StagedRelease reports whether the staged change includes a release.
 func StagedRelease(m *v1alpha1.Machine) bool {

@@ -67,7 +67,7 @@ type Options struct {
 	// etcd's data and the logs. It must exist.
 	Dir string
 	// Binary is the multi-call binary built by `make kube`. Empty: found by
-	// FindBinary.
+	// srctree.Binary.
 	Binary string
 	// Machines are the machine names that join when the control plane
 	// starts, each with the join token through TLS bootstrap, as liken-node
@@ -190,28 +190,6 @@ type ControlPlane struct {
 	opts      Options
 }
 
-// FindBinary locates the multi-call control-plane binary: $LIKEN_BIN/kube,
-// next to the running executable, or _output/bin/kube in the source tree
-// that holds the working directory.
-func FindBinary() (string, error) {
-	var tried []string
-	if d := os.Getenv("LIKEN_BIN"); d != "" {
-		tried = append(tried, filepath.Join(d, "kube"))
-	}
-	if exe, err := os.Executable(); err == nil {
-		tried = append(tried, filepath.Join(filepath.Dir(exe), "kube"))
-	}
-	if d, err := srctree.Find(); err == nil {
-		tried = append(tried, filepath.Join(d, "_output", "bin", "kube"))
-	}
-	for _, p := range tried {
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("the control-plane binary was not found (looked at %s): run `make kube` in the liken source tree, or set LIKEN_BIN to the folder that holds it", strings.Join(tried, ", "))
-}
-
 // Start brings up etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kwok, and returns once the API server is ready. On
 // error, everything started so far is stopped.
@@ -220,7 +198,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		opts.Log = func(string, ...any) {}
 	}
 	if opts.Binary == "" {
-		if opts.Binary, err = FindBinary(); err != nil {
+		if opts.Binary, err = srctree.Binary("kube"); err != nil {
 			return nil, err
 		}
 	}
@@ -461,16 +439,9 @@ func (cp *ControlPlane) SetPower(ctx context.Context, name string, on bool) erro
 	return SetNodePower(ctx, cs, name, on)
 }
 
-// SetNodePower turns a kwok node's simulated power on or off: the power
-// label on its Node (Ready or NotReady) and on its Node Lease (renewed or
-// not). The Lease goes first when the power goes off, and last when it
-// comes back, renewed at once as a starting kubelet renews it, so a machine
-// never reads Ready with a silent Lease (cluster-operator would call it
-// Lost after it reported Ready again).
-// Powered on, the Node reads NotReady until kwok, as the kubelet of the
-// new boot, posts Ready with a fresh heartbeat: cluster-operator ends a
-// turn only on a Ready posted after the grant, and kwok posts Ready only on
-// a Node that is not Ready.
+// SetNodePower turns a kwok node's simulated power on or off (its Node and
+// Node Lease), in an order that never shows Ready with a silent Lease
+// (docs/development.md#the-fixture).
 func SetNodePower(ctx context.Context, cs kubernetes.Interface, name string, on bool) error {
 	if on {
 		now := metav1.Now().UTC().Format(time.RFC3339)

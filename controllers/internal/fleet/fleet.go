@@ -42,12 +42,9 @@ func AddIndexers(inf cache.SharedIndexInformer) error {
 	return inf.AddIndexers(Indexers)
 }
 
-// Roster lists the machines of each cluster from a Machine informer's
-// indexer in name order (byte order). It remembers each cluster's order
-// from one call to the next, so that a fleet whose membership did not
-// change is put in order in one pass instead of a sort: at 5,000 machines
-// the sort was most of the cost of reading the fleet. Safe for concurrent
-// use; the zero value is ready.
+// Roster lists each cluster's machines in name order, remembering the
+// order between calls: at 5,000 machines a sort was most of the cost of
+// reading the fleet. Safe for concurrent use; the zero value is ready.
 type Roster struct {
 	mu     sync.Mutex
 	orders map[string]*order

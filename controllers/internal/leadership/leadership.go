@@ -49,14 +49,9 @@ func (f FenceFunc) Confirm(ctx context.Context, what string) error { return f(ct
 // Always is a Fence that always confirms (for tests and single-copy use).
 var Always Fence = FenceFunc(func(context.Context, string) error { return nil })
 
-// LeaseFence confirms that this copy still holds the election Lease. When
-// this copy renewed the Lease itself recently enough (Renewals, on its own
-// clock), it confirms with no request: no other copy can take a Lease
-// before it has seen it unrenewed for the lease duration, counted from
-// when it read the renewal, which was after the renewal started. Otherwise
-// it reads the Lease from the API server (never from a cache) and confirms
-// that it names this copy and that its last renewal, on this copy's clock,
-// is younger than the lease duration.
+// LeaseFence confirms that this copy still holds the election Lease: from
+// its own recent renewal with no request, else from the Lease read from the
+// API server (docs/design/protocol.md#cluster-operator-grants-a-turn).
 type LeaseFence struct {
 	Leases        coordinationv1client.LeasesGetter
 	Namespace     string
@@ -72,12 +67,8 @@ type LeaseFence struct {
 	OnLost func(what string)
 }
 
-// RenewalMargin is how much of the lease duration the fence leaves
-// between this copy's own last renewal and the write it confirms: a
-// renewal younger than the lease duration minus this margin confirms with
-// no request. The margin covers the time from the confirmation to the
-// write reaching the API server (a process paused longer than that in
-// between is beyond any fence that is not checked by the API server).
+// RenewalMargin is the part of the lease duration a confirmed write may
+// take to reach the API server: a renewal younger than the rest confirms.
 const RenewalMargin = 5 * time.Second
 
 // Confirm implements Fence.
@@ -160,18 +151,9 @@ func (t *RenewalTracker) Renewed() time.Time {
 	return t.renewed
 }
 
-// Release gives up the election Lease namespace/name when this copy shuts
-// down, so that another copy takes over at once instead of after the
-// lease duration. It reads the Lease from the API server and clears it
-// only when that read names identity, with an update that carries the
-// resourceVersion read: a Lease that another copy took (this one was
-// paused, or lost it) is never touched. A copy that lost the lease must
-// not call it at all: it has nothing to give up.
-//
-// client-go's own release on cancel is not used: it decides from the
-// holder it last observed, not from the Lease it just read, so a copy
-// that wakes up after another took over would clear the new leader's
-// Lease.
+// Release gives up the election Lease namespace/name on shutdown, only if
+// the API server still names identity, so another copy takes over at once
+// and a lease another copy took is never touched (docs/design/protocol.md#leader-election).
 func Release(ctx context.Context, leases coordinationv1client.LeasesGetter, namespace, name, identity string, now time.Time) (released bool, err error) {
 	l, err := leases.Leases(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

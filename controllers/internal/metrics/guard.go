@@ -30,13 +30,9 @@ const GuardCacheFor = 10 * time.Second
 // over.
 const guardCacheSize = 1024
 
-// Guard serves next only to requests whose bearer token the API server
-// authenticates (TokenReview) and whose identity it authorizes to get the
-// request's path (SubjectAccessReview on a non-resource URL), as
-// Kubernetes' own components guard their metrics. An allowed token is
-// remembered for GuardCacheFor on clk; a refusal is never remembered. When
-// the API server cannot answer, the request is refused: the guard never
-// fails open.
+// Guard serves next only to a bearer token the API server authenticates and
+// authorizes for the path, remembering allowed tokens for GuardCacheFor on
+// clk and never failing open (docs/reference/operator.md#metrics-and-health).
 func Guard(next http.Handler, authn authenticationv1client.TokenReviewsGetter, authz authorizationv1client.SubjectAccessReviewsGetter, clk clock.PassiveClock) http.Handler {
 	return &guard{next: next, authn: authn, authz: authz, clock: clk, allowed: map[[32]byte]time.Time{}}
 }

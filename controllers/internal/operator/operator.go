@@ -200,12 +200,9 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 	return nil
 }
 
-// exitOnLoss returns what this copy does when it finds it lost the lease,
-// whoever finds it first (the elector, the fence, a controller that
-// stopped): it stops counting itself the leader, and, unless ctx ended (a
-// shutdown gives the lease up on purpose), records the loss in lostLease
-// and calls exit with ExitLostLease, once. Whatever the copy saw while it
-// led may be stale, so it must not go on.
+// exitOnLoss returns what this copy does, once, when anything finds the
+// lease lost: stop leading and, unless ctx ended (a shutdown), record the
+// loss in lostLease and exit with ExitLostLease: what it saw may be stale.
 func exitOnLoss(ctx context.Context, stopLeading func(), lostLease *atomic.Bool, exit func(code int)) func(why string) {
 	var once sync.Once
 	return func(why string) {

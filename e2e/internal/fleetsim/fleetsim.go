@@ -4,7 +4,6 @@ package fleetsim
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -43,24 +42,21 @@ func RepoRoot(t testing.TB) string {
 	return d
 }
 
-// BinDir is the folder of liken's programs: $LIKEN_BIN, else _output/bin
-// of the source tree.
-func BinDir(t testing.TB) string {
+// BinDir is the folder that holds every named program of liken
+// (srctree.BinDir). A missing program fails the test.
+func BinDir(t testing.TB, names ...string) string {
 	t.Helper()
-	if dir := os.Getenv("LIKEN_BIN"); dir != "" {
-		return dir
-	}
-	return filepath.Join(RepoRoot(t), "_output", "bin")
+	d, err := srctree.BinDir(names...)
+	assert.NilError(t, err)
+	return d
 }
 
-// Binary is the path of one of liken's programs, in BinDir. A missing
-// program fails the test.
+// Binary is the path of one of liken's programs (srctree.Binary). A
+// missing program fails the test.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
-	p := filepath.Join(BinDir(t), name)
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s not found at %s: run `make build` or set LIKEN_BIN (%v)", name, p, err)
-	}
+	p, err := srctree.Binary(name)
+	assert.NilError(t, err)
 	return p
 }
 
