@@ -327,3 +327,47 @@ func (r *rebootRecorder) Reboot(context.Context) error {
 	r.n++
 	return daemon.ErrRebooted
 }
+
+// TestWatchdogStopsAtTheTrialDeadline: a trial boot whose reconcile hangs
+// (here a restart of the node agent that never returns) keeps the trial
+// timer from rebooting, since it waits for the same lock; the watchdog is
+// then no longer fed once the deadline passes, so it resets the machine
+// into the proven slot.
+func TestWatchdogStopsAtTheTrialDeadline(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) {
+		c.Spec.Version = v2
+		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: time.Second}
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	e.setNodeReady(false)
+	e.grant()
+	waitExit(t, r)
+
+	// The trial boot restarts the node agent at once for a new setting,
+	// and the restart hangs.
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
+	a := &k3sApplier{Recorder: e.m.Recorder}
+	hung := make(chan struct{})
+	a.set(nil, hung)
+	wd := &watchdog.Fake{}
+	o := e.options()
+	o.Applier = a
+	o.Watchdog = wd
+	o.Timing.WatchdogFeed = 20 * time.Millisecond
+	r = e.m.Start(t, o)
+	assert.Assert(t, r.Boot.Trial)
+	<-hung
+	deadline := time.Now().Add(time.Second)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		fed, disarmed := wd.State()
+		assert.Assert(t, !disarmed, "a trial that did not commit disarmed the watchdog")
+		if last := wd.LastKeepalive(); fed > 0 && time.Now().After(deadline) && time.Since(last) > 10*o.Timing.WatchdogFeed {
+			return poll.Success()
+		}
+		return poll.Continue("the watchdog is still fed (%d times)", fed)
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(20*time.Millisecond))
+	exited, _ := r.Exited()
+	assert.Assert(t, !exited, "the trial timer rebooted although the reconcile holds the lock")
+}

@@ -75,7 +75,7 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	d.st = p.State
 	if d.mode == modeTrial {
 		d.startTrialTimer(ctx)
-		d.feedWatchdog(ctx)
+		d.feedWatchdog(ctx, d.st.Trial.deadline())
 	} else if d.mode == modeNormal {
 		// Nothing left to try (a commit was finished): the watchdog the
 		// init armed for this boot is not needed.
@@ -236,11 +236,12 @@ func (d *Daemon) commitTrial(ctx context.Context, m *likenv1.Machine, c *likenv1
 }
 
 // feedWatchdog feeds the watchdog the init armed for this trial boot until
-// the trial commits (disarmWatchdog) or liken-node stops: a liken-node
-// that hangs, or stops and does not come back, lets it reset the machine
-// into the proven slot. It does not take d.mu, so no slow work under the
-// lock delays it.
-func (d *Daemon) feedWatchdog(ctx context.Context) {
+// the trial commits (disarmWatchdog), liken-node stops, or the trial's
+// deadline passes: a liken-node that hangs, even one whose trial timer
+// waits behind a stuck reconcile, lets it reset the machine into the
+// proven slot. It does not take d.mu, so no slow work under the lock
+// delays it.
+func (d *Daemon) feedWatchdog(ctx context.Context, deadline time.Time) {
 	wd := d.o.Watchdog
 	if wd == nil {
 		return
@@ -255,6 +256,11 @@ func (d *Daemon) feedWatchdog(ctx context.Context) {
 			d.wdMu.Lock()
 			if d.wdDone {
 				d.wdMu.Unlock()
+				return
+			}
+			if d.clock.Now().After(deadline) {
+				d.wdMu.Unlock()
+				log.Info("The trial's deadline has passed: no longer feeding the watchdog, which resets the machine into the proven slot unless liken-node reboots it first", "deadline", deadline)
 				return
 			}
 			err := wd.Keepalive()

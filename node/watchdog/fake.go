@@ -1,11 +1,15 @@
 package watchdog
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Fake is a Watchdog that records what is done with it, for tests.
 type Fake struct {
 	mu         sync.Mutex
 	keepalives int
+	last       time.Time
 	disarmed   bool
 	closed     bool
 }
@@ -17,7 +21,15 @@ func (f *Fake) Keepalive() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.keepalives++
+	f.last = time.Now()
 	return nil
+}
+
+// LastKeepalive is when it was last fed (zero: never).
+func (f *Fake) LastKeepalive() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
 }
 
 // Disarm records the magic close.
