@@ -862,13 +862,16 @@ type drainBlock struct {
 	pods    []string
 }
 
-// drainBlocks are the budgets that would refuse an eviction of drain,
-// by name: those whose disruptions allowed, less those taken, are fewer
-// than the pods the drain evicts under them.
+// drainBlocks are the budgets that would refuse the drain's first
+// eviction under them, by name: those with no disruption allowed once
+// those taken are counted. A drain evicts one pod at a time, and the
+// budget allows the next once the last one runs again elsewhere, so a
+// machine with more pods under a budget than it allows at once is not
+// blocked (passing it over would keep it waiting for ever).
 func drainBlocks(drain Drain, allowed map[string]int32, taken map[string]int) []drainBlock {
 	var out []drainBlock
 	for b, pods := range drain.Needs {
-		if taken[b]+len(pods) > int(allowed[b]) {
+		if len(pods) > 0 && taken[b] >= int(allowed[b]) {
 			out = append(out, drainBlock{budget: b, allowed: allowed[b], taken: taken[b], pods: pods})
 		}
 	}

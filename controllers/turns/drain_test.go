@@ -118,11 +118,30 @@ func TestDrainCheck(t *testing.T) {
 			want:     nil, skipped: []string{"node-2"}, reason: likenv1.ReasonGranting,
 		},
 		{
-			name:     "two pods under one budget need two disruptions",
+			// The drain evicts one, and the next once the first runs
+			// elsewhere: passing the machine over would keep it waiting
+			// for ever, since its pods never move by themselves.
+			name:     "two pods under a budget that allows one at a time: the drain takes them in turn",
 			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
 			machines: []*likenv1.Machine{tu.Machine("node-1", tu.WantsRelease)},
 			pods:     []*corev1.Pod{podOn("node-1", "web-1", "web"), podOn("node-1", "web-2", "web")},
 			budgets:  []*policyv1.PodDisruptionBudget{budget("web", "web", 1)},
+			want:     []string{"node-1"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "a machine granted with two pods under a budget takes what it allows from the next",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("node-1", tu.WantsRelease), tu.Machine("node-2", tu.WantsRelease)},
+			pods:     []*corev1.Pod{podOn("node-1", "web-1", "web"), podOn("node-1", "web-2", "web"), podOn("node-2", "web-3", "web")},
+			budgets:  []*policyv1.PodDisruptionBudget{budget("web", "web", 2)},
+			want:     []string{"node-1"}, skipped: []string{"node-2"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name:     "two pods under a budget that allows none: blocked",
+			cluster:  tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+			machines: []*likenv1.Machine{tu.Machine("node-1", tu.WantsRelease)},
+			pods:     []*corev1.Pod{podOn("node-1", "web-1", "web"), podOn("node-1", "web-2", "web")},
+			budgets:  []*policyv1.PodDisruptionBudget{budget("web", "web", 0)},
 			want:     nil, skipped: []string{"node-1"}, reason: likenv1.ReasonDrainBlocked,
 			message: []string{"covering pods shop/web-1,shop/web-2."},
 		},
