@@ -288,6 +288,20 @@ func TestRefusals(t *testing.T) {
 			want: []string{"spec.disruption.windows[0].timeZone", "IANA name"},
 		},
 		{
+			name: "registry mirror for a path",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Settings.RegistryMirrors = []v1.RegistryMirror{{Registry: "../etc", Endpoints: []string{"https://mirror.example.com"}}}
+			},
+			want: []string{"spec.settings.registryMirrors[0].registry", "registry host such as docker.io"},
+		},
+		{
+			name: "registry mirror endpoint that is no URL",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Settings.RegistryMirrors = []v1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"mirror.example.com"}}}
+			},
+			want: []string{"spec.settings.registryMirrors[0].endpoints[0]", "http:// or https:// URL"},
+		},
+		{
 			name:   "kernel argument liken sets",
 			mutate: func(c *v1.Cluster) { c.Spec.Settings.KernelArgs = []string{"liken.slot=B"} },
 			want:   []string{"spec.settings.kernelArgs[0]", "liken.*"},
