@@ -92,7 +92,7 @@ func (e *env) kubeletBack() {
 
 func (e *env) restarts() int { return e.m.Recorder.Count(changes.OpRestartK3s) }
 
-var newArgs = []string{"--kubelet-arg=max-pods=200"}
+var newArgs = []string{"--max-pods=200"}
 
 // waitingForTurn waits until the leader lists the k3sArgs change and asks
 // for a leader turn, and checks that k3s was not restarted.

@@ -42,21 +42,30 @@ func TestCommitInterruptedAfterTheBootLoader(t *testing.T) {
 	assert.NilError(t, boot.NewGRUB(e.m.BootDir).Commit(boot.SlotB))
 	// The power fails here.
 
-	r = e.start()
-	assert.Assert(t, !r.Boot.Trial)
-	assert.Equal(t, r.Boot.Slot, boot.SlotB)
-	m := e.waitFor("Ready on v2 from the new boot", func(m *likenv1.Machine) bool {
-		return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
-	})
-	assert.Equal(t, m.Status.Version, v2)
-	assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionFalse)
-	assert.DeepEqual(t, slotStates(m), map[string]likenv1.SlotState{"A": likenv1.SlotPrevious, "B": likenv1.SlotActive})
-	e.waitEvent(daemon.ReasonTrialSucceeded, "finished the commit")
+	e.finishedCommitOfB()
 
 	// The store takes the next release into A again.
 	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v3 })
-	m = e.waitPhase(likenv1.MachineUpdatePending)
+	m := e.waitPhase(likenv1.MachineUpdatePending)
 	assert.Equal(t, m.Status.Staged, v3)
+}
+
+// finishedCommitOfB starts the next boot, of slot B, after a trial of B
+// whose commit stopped after the boot loader's write, and checks that the
+// boot finishes the commit: v2 Ready, A Previous, B Active, no failed
+// trial.
+func (e *env) finishedCommitOfB() {
+	e.t.Helper()
+	r := e.start()
+	assert.Assert(e.t, !r.Boot.Trial)
+	assert.Equal(e.t, r.Boot.Slot, boot.SlotB)
+	m := e.waitFor("Ready on v2 from the new boot", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
+	})
+	assert.Equal(e.t, m.Status.Version, v2)
+	assert.Equal(e.t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionFalse)
+	assert.DeepEqual(e.t, slotStates(m), map[string]likenv1.SlotState{"A": likenv1.SlotPrevious, "B": likenv1.SlotActive})
+	e.waitEvent(daemon.ReasonTrialSucceeded, "finished the commit")
 }
 
 // TestTrialTimerAfterAFailedCommitWrite: the trial boot's commit wrote the
@@ -105,16 +114,7 @@ func TestTrialTimerAfterAFailedCommitWrite(t *testing.T) {
 				assert.Assert(t, strings.Contains(string(b), "within the trial timeout"), "the trial timer did not end the boot: %s", b)
 			}
 
-			r = e.start()
-			assert.Assert(t, !r.Boot.Trial)
-			assert.Equal(t, r.Boot.Slot, boot.SlotB)
-			m := e.waitFor("Ready on v2 from the new boot", func(m *likenv1.Machine) bool {
-				return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
-			})
-			assert.Equal(t, m.Status.Version, v2)
-			assert.Equal(t, cond(m, likenv1.ConditionTrialFailed).Status, metav1.ConditionFalse)
-			assert.DeepEqual(t, slotStates(m), map[string]likenv1.SlotState{"A": likenv1.SlotPrevious, "B": likenv1.SlotActive})
-			e.waitEvent(daemon.ReasonTrialSucceeded, "finished the commit")
+			e.finishedCommitOfB()
 		})
 	}
 }
