@@ -239,20 +239,19 @@ func (d DiskData) Present() (bool, error) {
 	return true, nil
 }
 
-// MoveAside moves Dir/member to Dir.removed-<now>/member.
+// MoveAside moves Dir/member to Dir/removed-<now>/member: inside the data
+// folder, so on the same file system (the slot store's partition, where
+// /var/lib/etcd is bound; /var itself is memory) and kept across reboots.
 func (d DiskData) MoveAside(now time.Time) (string, error) {
 	dir := filepath.Clean(d.Dir)
-	aside := dir + ".removed-" + now.UTC().Format("20060102T150405Z")
+	aside := filepath.Join(dir, "removed-"+now.UTC().Format("20060102T150405Z"))
 	if err := os.Mkdir(aside, 0o700); err != nil {
 		return "", fmt.Errorf("moving the removed member's data aside: %w", err)
 	}
 	if err := os.Rename(filepath.Join(dir, "member"), filepath.Join(aside, "member")); err != nil {
 		return "", fmt.Errorf("moving the removed member's data aside to %s: %w", aside, err)
 	}
-	if err := atomicfile.SyncDir(dir); err != nil {
-		return "", err
-	}
-	return aside, atomicfile.SyncDir(filepath.Dir(dir))
+	return aside, atomicfile.SyncDir(dir)
 }
 
 // APIProbe tells whether an API server answers at the Cluster's endpoint;

@@ -323,7 +323,7 @@ func TestStart(t *testing.T) {
 				assert.Equal(t, string(b), tc.wantEnv)
 				assert.Equal(t, d.InitialCluster+"\n", string(b[len(b)-len(d.InitialCluster)-1:]))
 			}
-			aside := filepath.Join(dir, "etcd.removed-20261202T120000Z")
+			aside := filepath.Join(dataDir, "removed-20261202T120000Z")
 			if tc.wantAside {
 				b, err := os.ReadFile(filepath.Join(aside, "member", "wal", "0.wal"))
 				assert.NilError(t, err, "the removed member's data is kept")
