@@ -1,0 +1,127 @@
+package controlplane
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// Datastore tuning: emulated leaders on a loaded host miss etcd's 100 ms
+// heartbeat, and the quota bounds what a leader's disk must hold.
+const (
+	// EtcdHeartbeatMillis is etcd's heartbeat interval, in milliseconds.
+	EtcdHeartbeatMillis = 500
+	// EtcdElectionTimeoutMillis is etcd's election timeout, in milliseconds.
+	EtcdElectionTimeoutMillis = 5000
+	// EtcdQuotaBytes is the most data etcd keeps: 1 GiB.
+	EtcdQuotaBytes = 1 << 30
+)
+
+// EtcdArgs are etcd's arguments on this leader, with the certificates of
+// Setup in dir. The initial cluster and its state are not among them: the
+// datastore's start decides them before every start and passes them in
+// etcd's environment.
+func EtcdArgs(cfg Config, dir string) ([]string, error) {
+	self, err := cfg.Self()
+	if err != nil {
+		return nil, err
+	}
+	f := files(dir)
+	return []string{
+		"--name=" + cfg.Machine,
+		"--data-dir=" + EtcdDataDir,
+		fmt.Sprintf("--listen-client-urls=https://0.0.0.0:%d", EtcdClientPort),
+		"--advertise-client-urls=" + self.EtcdClient,
+		fmt.Sprintf("--listen-peer-urls=https://0.0.0.0:%d", EtcdPeerPort),
+		"--initial-advertise-peer-urls=" + self.EtcdPeer,
+		"--cert-file=" + f(EtcdServer.Cert()),
+		"--key-file=" + f(EtcdServer.Key()),
+		"--trusted-ca-file=" + f(EtcdServerCA.Cert()),
+		"--client-cert-auth",
+		"--peer-cert-file=" + f(EtcdPeer.Cert()),
+		"--peer-key-file=" + f(EtcdPeer.Key()),
+		"--peer-trusted-ca-file=" + f(EtcdPeerCA.Cert()),
+		"--peer-client-cert-auth",
+		fmt.Sprintf("--heartbeat-interval=%d", EtcdHeartbeatMillis),
+		fmt.Sprintf("--election-timeout=%d", EtcdElectionTimeoutMillis),
+		fmt.Sprintf("--quota-backend-bytes=%d", EtcdQuotaBytes),
+	}, nil
+}
+
+// APIServerArgs are kube-apiserver's arguments on this leader, with the
+// certificates of Setup in dir. It reaches only its own etcd member, so cut
+// off from quorum its /readyz fails and the endpoint skips it; it accepts
+// no static token.
+func APIServerArgs(cfg Config, dir string) ([]string, error) {
+	if _, err := cfg.FirstServiceIP(); err != nil {
+		return nil, fmt.Errorf("serviceCIDR: %w", err)
+	}
+	f := files(dir)
+	return []string{
+		fmt.Sprintf("--etcd-servers=https://127.0.0.1:%d", EtcdClientPort),
+		"--etcd-cafile=" + f(EtcdServerCA.Cert()),
+		"--etcd-certfile=" + f(APIServerEtcdClient.Cert()),
+		"--etcd-keyfile=" + f(APIServerEtcdClient.Key()),
+		"--bind-address=0.0.0.0",
+		fmt.Sprintf("--secure-port=%d", APIServerPort),
+		"--tls-cert-file=" + f(APIServer.Cert()),
+		"--tls-private-key-file=" + f(APIServer.Key()),
+		"--client-ca-file=" + f(ClientCA.Cert()),
+		"--enable-bootstrap-token-auth",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + f(ServiceAccountKeyFile),
+		"--service-account-signing-key-file=" + f(ServiceAccountKeyFile),
+		"--service-cluster-ip-range=" + cfg.ServiceCIDR,
+		"--endpoint-reconciler-type=none",
+		"--kubelet-client-certificate=" + f(APIServerKubeletClient.Cert()),
+		"--kubelet-client-key=" + f(APIServerKubeletClient.Key()),
+		"--requestheader-client-ca-file=" + f(RequestHeaderCA.Cert()),
+		"--requestheader-allowed-names=" + FrontProxyUser,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + f(FrontProxyClient.Cert()),
+		"--proxy-client-key-file=" + f(FrontProxyClient.Key()),
+		"--shutdown-delay-duration=5s",
+		"--allow-privileged=true",
+	}, nil
+}
+
+// ControllerManagerArgs are kube-controller-manager's arguments on this
+// leader, with the files of Setup in dir. It signs kubelets' client
+// certificates with the client CA, so they pass the API server's
+// --client-ca-file.
+func ControllerManagerArgs(dir string) []string {
+	f := files(dir)
+	kubeconfig := f(ControllerManagerKubeconfig)
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--leader-elect=true",
+		"--bind-address=127.0.0.1",
+		"--root-ca-file=" + f(ServerCA.Cert()),
+		"--cluster-signing-cert-file=" + f(ClientCA.Cert()),
+		"--cluster-signing-key-file=" + f(ClientCAKey),
+		"--controllers=*,-serviceaccount-token",
+		"--use-service-account-credentials=true",
+	}
+}
+
+// SchedulerArgs are kube-scheduler's arguments on this leader, with the
+// files of Setup in dir.
+func SchedulerArgs(dir string) []string {
+	kubeconfig := files(dir)(SchedulerKubeconfig)
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--leader-elect=true",
+		"--bind-address=127.0.0.1",
+	}
+}
+
+func files(dir string) func(string) string {
+	return func(name string) string { return filepath.Join(dir, filepath.FromSlash(name)) }
+}
