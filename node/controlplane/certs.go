@@ -90,9 +90,9 @@ const (
 	// EtcdPeer is etcd's certificate towards the other members
 	// (EtcdPeerCA), serving and client.
 	EtcdPeer Pair = "etcd/peer"
-	// EtcdClient is liken-node's client certificate to the members of the
+	// NodeEtcdClient is liken-node's client certificate to the members of the
 	// datastore (EtcdServerCA), CN EtcdClientUser.
-	EtcdClient Pair = "etcd/liken-node-client"
+	NodeEtcdClient Pair = "etcd/liken-node-client"
 	// APIServer is the API server's serving certificate (ServerCA).
 	APIServer Pair = "apiserver"
 	// APIServerEtcdClient is the API server's client certificate to etcd
@@ -186,7 +186,7 @@ func Setup(cfg Config, identityDir, outDir string, now time.Time) error {
 	}{
 		{EtcdServer, EtcdServerCA, pki.Request{CommonName: cfg.Machine, DNSNames: dns, IPAddresses: ips, Usage: pki.ServerAuth | pki.ClientAuth}},
 		{EtcdPeer, EtcdPeerCA, pki.Request{CommonName: cfg.Machine, DNSNames: dns, IPAddresses: ips, Usage: pki.ServerAuth | pki.ClientAuth}},
-		{EtcdClient, EtcdServerCA, pki.Request{CommonName: EtcdClientUser, Usage: pki.ClientAuth}},
+		{NodeEtcdClient, EtcdServerCA, pki.Request{CommonName: EtcdClientUser, Usage: pki.ClientAuth}},
 		{APIServerEtcdClient, EtcdServerCA, pki.Request{CommonName: "kube-apiserver-etcd-client", Usage: pki.ClientAuth}},
 		{APIServer, ServerCA, pki.Request{CommonName: "kube-apiserver", DNSNames: apiDNS, IPAddresses: apiIPs, Usage: pki.ServerAuth}},
 		{APIServerKubeletClient, ClientCA, pki.Request{CommonName: KubeletClientUser, Usage: pki.ClientAuth}},

@@ -75,7 +75,7 @@ func TestSetup(t *testing.T) {
 	}{
 		{file: EtcdServer.Cert(), ca: EtcdServerCA, cn: "leader-2", dns: serving, ips: servingIPs, usages: both},
 		{file: EtcdPeer.Cert(), ca: EtcdPeerCA, cn: "leader-2", dns: serving, ips: servingIPs, usages: both},
-		{file: EtcdClient.Cert(), ca: EtcdServerCA, cn: "liken-node", usages: client, wrongUsage: x509.ExtKeyUsageServerAuth},
+		{file: NodeEtcdClient.Cert(), ca: EtcdServerCA, cn: "liken-node", usages: client, wrongUsage: x509.ExtKeyUsageServerAuth},
 		{file: APIServerEtcdClient.Cert(), ca: EtcdServerCA, cn: "kube-apiserver-etcd-client", usages: client, wrongUsage: x509.ExtKeyUsageServerAuth},
 		{
 			file: APIServer.Cert(), ca: ServerCA, cn: "kube-apiserver",
