@@ -30,6 +30,18 @@ const (
 	clusterStateExisting = "existing"
 )
 
+// Files of the datastore's start in SetupDir.
+const (
+	// EtcdEnvFile is etcd's environment, which Start writes before every
+	// start of etcd and etcd.service reads (EnvironmentFile).
+	EtcdEnvFile = "etcd.env"
+	// EtcdStartedFile marks that etcd started in this boot: liken-node
+	// control-plane etcd-start writes it once it first lets etcd start, so
+	// a later start in the same boot is a restart (StartOptions.Restart).
+	// SetupDir is memory, so every boot begins without it.
+	EtcdStartedFile = "etcd-started"
+)
+
 // StartAction is how etcd starts on this leader, or what must happen
 // first (docs/design/controlplane.md, "The datastore").
 type StartAction string
@@ -412,9 +424,13 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 	}
 }
 
+type memberLister interface {
+	MemberList(ctx context.Context, clientURL string) ([]Member, error)
+}
+
 // listMembers asks the leaders in order and returns the first answer and
 // who gave it, or every leader's error.
-func listMembers(ctx context.Context, c MemberClient, clientURLs []string) ([]Member, string, error) {
+func listMembers(ctx context.Context, c memberLister, clientURLs []string) ([]Member, string, error) {
 	var errs []string
 	for _, u := range clientURLs {
 		members, err := c.MemberList(ctx, u)

@@ -9,28 +9,15 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	nodecp "liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/join"
 )
-
-// BootstrapGroup is the group Kubernetes gives every bootstrap token.
-const BootstrapGroup = "system:bootstrappers"
-
-// joinBindings let a holder of the join token ask for a kubelet client
-// certificate, and have the controller manager approve that request, as
-// kubeadm sets up TLS bootstrap. The token gives no other right.
-var joinBindings = map[string]string{
-	"liken:join:create-csr":          "system:node-bootstrapper",
-	"liken:join:approve-node-client": "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
-}
 
 // setUpJoin creates the join token (a bootstrap token Secret in
 // kube-system) and the bindings that let it ask for a machine certificate.
@@ -49,32 +36,12 @@ func (cp *ControlPlane) setUpJoin(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tokenSecret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: metav1.NamespaceSystem},
-		Type:       corev1.SecretTypeBootstrapToken,
-		StringData: map[string]string{
-			"description":                    "liken's join token: machines join with it through TLS bootstrap",
-			"token-id":                       id,
-			"token-secret":                   secret,
-			"usage-bootstrap-authentication": "true",
-		},
-	}
 	// kube-system appears a moment after the API server is ready.
-	if err := retry(ctx, func() error {
-		_, err := cs.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, tokenSecret, metav1.CreateOptions{})
-		return err
-	}); err != nil {
+	if err := retry(ctx, func() error { return nodecp.EnsureBootstrapToken(ctx, cs, id, secret) }); err != nil {
 		return fmt.Errorf("creating the bootstrap token: %w", err)
 	}
-	for name, role := range joinBindings {
-		b := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: BootstrapGroup}},
-		}
-		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("binding %s to %s: %w", BootstrapGroup, role, err)
-		}
+	if err := nodecp.EnsureBindings(ctx, cs, nodecp.JoinBindings); err != nil {
+		return err
 	}
 	return clientcmd.WriteToFile(cp.bootstrapKubeconfig(), cp.BootstrapKubeconfig())
 }

@@ -1,0 +1,313 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// TokenFile is the join token's file in the identity (IdentityDir):
+// K10<SHA-256 of server-ca.crt>::<id>.<secret>, whose bootstrap token
+// <id>.<secret> machines join with.
+const TokenFile = "token"
+
+// BootstrapToken returns the bootstrap token (<id>.<secret>) of a join
+// token file: what follows its "::", six and sixteen characters of a-z and
+// 0-9. Its errors never quote the token.
+func BootstrapToken(tokenFile []byte) (id, secret string, err error) {
+	_, token, found := strings.Cut(strings.TrimSpace(string(tokenFile)), "::")
+	id, secret, dot := strings.Cut(token, ".")
+	if !found || !dot || len(id) != 6 || len(secret) != 16 || !tokenChars(id) || !tokenChars(secret) {
+		return "", "", errors.New("the join token is not K10<CA hash>::<id>.<secret> with a bootstrap token of 6 and 16 characters of a-z, 0-9")
+	}
+	return id, secret, nil
+}
+
+func tokenChars(s string) bool {
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// BootstrapGroup is the group Kubernetes gives every bootstrap token.
+const BootstrapGroup = "system:bootstrappers"
+
+// NodesGroup is the group of every kubelet's client certificate.
+const NodesGroup = "system:nodes"
+
+// Binding is a ClusterRoleBinding the control plane needs: Name binds
+// Subject to ClusterRole.
+type Binding struct {
+	// Name is the ClusterRoleBinding's name.
+	Name string
+	// ClusterRole is the role granted.
+	ClusterRole string
+	// Subject is who is granted it.
+	Subject rbacv1.Subject
+}
+
+// JoinBindings let a holder of the join token ask for a kubelet client
+// certificate and have the controller manager approve that request, as
+// kubeadm sets up TLS bootstrap. The token gives no other right.
+var JoinBindings = []Binding{
+	{Name: "liken:join:create-csr", ClusterRole: "system:node-bootstrapper", Subject: group(BootstrapGroup)},
+	{Name: "liken:join:approve-node-client", ClusterRole: "system:certificates.k8s.io:certificatesigningrequests:nodeclient", Subject: group(BootstrapGroup)},
+}
+
+// LeaderBindings are what a leader's control plane needs besides
+// JoinBindings: kubelets renew their own client certificates (approved by
+// the controller manager), and the API server, as KubeletClientUser,
+// reaches kubelets for logs, exec and port forwarding.
+var LeaderBindings = []Binding{
+	{Name: "liken:nodes:approve-renewal", ClusterRole: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", Subject: group(NodesGroup)},
+	{Name: "liken:apiserver:kubelet-api-admin", ClusterRole: "system:kubelet-api-admin", Subject: rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KubeletClientUser}},
+}
+
+func group(name string) rbacv1.Subject {
+	return rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: name}
+}
+
+// EnsureBindings creates each binding that does not exist. One that exists
+// counts as done, whatever it holds: a role reference cannot change, and
+// an administrator may have added subjects.
+func EnsureBindings(ctx context.Context, cs kubernetes.Interface, bindings []Binding) error {
+	log := klog.FromContext(ctx)
+	api := cs.RbacV1().ClusterRoleBindings()
+	for _, b := range bindings {
+		_, err := api.Get(ctx, b.Name, metav1.GetOptions{})
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading the ClusterRoleBinding %s: %w", b.Name, err)
+		}
+		crb := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: b.Name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.ClusterRole},
+			Subjects:   []rbacv1.Subject{b.Subject},
+		}
+		_, err = api.Create(ctx, crb, metav1.CreateOptions{})
+		switch {
+		case apierrors.IsAlreadyExists(err):
+		case err != nil:
+			return fmt.Errorf("binding %s %s to %s: %w", b.Subject.Kind, b.Subject.Name, b.ClusterRole, err)
+		default:
+			log.Info("Created a ClusterRoleBinding", "name", b.Name, "clusterRole", b.ClusterRole, "subject", b.Subject.Kind+":"+b.Subject.Name)
+		}
+	}
+	return nil
+}
+
+// BootstrapTokenSecret is the Secret in kube-system that makes
+// <id>.<secret> a bootstrap token: it authenticates in BootstrapGroup,
+// never expires and signs nothing.
+func BootstrapTokenSecret(id, secret string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: metav1.NamespaceSystem},
+		Type:       corev1.SecretTypeBootstrapToken,
+		Data: map[string][]byte{
+			"description":                    []byte("liken's join token: machines join with it through TLS bootstrap"),
+			"token-id":                       []byte(id),
+			"token-secret":                   []byte(secret),
+			"usage-bootstrap-authentication": []byte("true"),
+		},
+	}
+}
+
+// EnsureBootstrapToken creates BootstrapTokenSecret, or replaces the data
+// of one that holds anything else (another secret, an expiry), so that the
+// identity's token is the one that joins. A Secret of that name but
+// another type is an error: its type cannot change.
+func EnsureBootstrapToken(ctx context.Context, cs kubernetes.Interface, id, secret string) error {
+	want := BootstrapTokenSecret(id, secret)
+	api := cs.CoreV1().Secrets(want.Namespace)
+	what := "the bootstrap token Secret " + want.Namespace + "/" + want.Name
+	got, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating %s: %w", what, err)
+		}
+		klog.FromContext(ctx).Info("Created the join token's Secret", "secret", klog.KObj(want))
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading %s: %w", what, err)
+	case got.Type != want.Type:
+		return permanent(fmt.Errorf("%s has type %q, not %q, and a type cannot change: delete it, and liken-node control-plane init creates it again", what, got.Type, want.Type))
+	case maps.EqualFunc(got.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }):
+		return nil
+	}
+	got = got.DeepCopy()
+	got.Data, got.StringData = want.Data, nil
+	if _, err := api.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("correcting %s: %w", what, err)
+	}
+	klog.FromContext(ctx).Info("Corrected the join token's Secret to the cluster identity's token", "secret", klog.KObj(want))
+	return nil
+}
+
+// MemberPromoter lists the members and promotes a learner through one
+// member's client URL; EtcdClient is one.
+type MemberPromoter interface {
+	MemberList(ctx context.Context, clientURL string) ([]Member, error)
+	MemberPromote(ctx context.Context, clientURL string, id uint64) ([]Member, error)
+}
+
+// DefaultInitTimeout is how long Init tries when InitOptions.Timeout is
+// zero: a learner catching up with a large datastore on a slow machine
+// takes minutes.
+const DefaultInitTimeout = 10 * time.Minute
+
+// LocalEtcd is this leader's etcd member as the machine itself reaches it.
+var LocalEtcd = fmt.Sprintf("https://127.0.0.1:%d", EtcdClientPort)
+
+// InitOptions are what Init needs.
+type InitOptions struct {
+	// Kube is the local API server (LocalAPIServer), as InitUser.
+	Kube kubernetes.Interface
+	// TokenFile is the cluster identity's join token file.
+	TokenFile string
+	// Name is this machine's name, its etcd member's.
+	Name string
+	// ClientURLs are etcd client URLs to ask, in this order: LocalEtcd,
+	// then the other leaders'. etcd refuses a learner every call but its
+	// status, so a learner's own URL never serves its promotion.
+	ClientURLs []string
+	// Etcd lists the members and promotes this machine's.
+	Etcd MemberPromoter
+	// Timeout bounds Init (DefaultInitTimeout when zero).
+	Timeout time.Duration
+	// Interval is how long Init waits before it tries again (RetryInterval
+	// when zero).
+	Interval time.Duration
+	// Clock paces the tries and measures Timeout (the real clock when nil).
+	Clock clock.Clock
+}
+
+// Init readies a leader's control plane, and is idempotent: it promotes
+// this machine's etcd member if it is a learner, then makes the join
+// token's Secret from the identity's token, JoinBindings and
+// LeaderBindings. The promotion comes first: the API server reaches only
+// its own member, and a learner serves it nothing, so the API is not ready
+// before. Each step is tried again every Interval until it succeeds (etcd
+// refuses a promotion while the learner lags; the API answers once its
+// member votes) or Timeout passes.
+func Init(ctx context.Context, o InitOptions) error {
+	switch {
+	case o.Kube == nil || o.Etcd == nil:
+		return errors.New("control plane init: the API client and the etcd client are required")
+	case o.Name == "" || len(o.ClientURLs) == 0:
+		return errors.New("control plane init: the machine's name and the etcd client URLs are required")
+	}
+	b, err := os.ReadFile(o.TokenFile)
+	if err != nil {
+		return fmt.Errorf("reading the cluster identity's join token: %w", err)
+	}
+	id, secret, err := BootstrapToken(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.TokenFile, err)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Interval <= 0 {
+		o.Interval = RetryInterval
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultInitTimeout
+	}
+	r := retrier{clock: o.Clock, interval: o.Interval, deadline: o.Clock.Now().Add(o.Timeout), timeout: o.Timeout}
+	if err := r.do(ctx, "promoting this machine's etcd member", func() error { return promote(ctx, o) }); err != nil {
+		return err
+	}
+	return r.do(ctx, "creating the join token and the control plane's bindings", func() error {
+		if err := EnsureBootstrapToken(ctx, o.Kube, id, secret); err != nil {
+			return err
+		}
+		if err := EnsureBindings(ctx, o.Kube, JoinBindings); err != nil {
+			return err
+		}
+		return EnsureBindings(ctx, o.Kube, LeaderBindings)
+	})
+}
+
+// promote makes this machine's member a voter if it is a learner, through
+// the first client URL that answers the member list (a voter: a learner
+// answers no list).
+func promote(ctx context.Context, o InitOptions) error {
+	log := klog.FromContext(ctx).WithValues("member", o.Name)
+	members, from, err := listMembers(ctx, o.Etcd, o.ClientURLs)
+	if err != nil {
+		return fmt.Errorf("no etcd member answers the member list: %w", err)
+	}
+	self := named(members, o.Name)
+	if self == nil {
+		return fmt.Errorf("etcd at %s lists no member %s: etcd on this machine has not started, or its member was removed (then etcd-start joins it again)", from, o.Name)
+	}
+	if !self.IsLearner {
+		log.V(1).Info("This machine's etcd member votes", "id", fmt.Sprintf("%x", self.ID))
+		return nil
+	}
+	if _, err := o.Etcd.MemberPromote(ctx, from, self.ID); err != nil {
+		return fmt.Errorf("etcd does not promote learner %s (%x) yet, as it does not while the learner lags: %w", o.Name, self.ID, err)
+	}
+	log.Info("Promoted this machine's etcd member from learner to voter", "id", fmt.Sprintf("%x", self.ID), "through", from)
+	return nil
+}
+
+// permanentError is an error trying again does not mend.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+func permanent(err error) error { return permanentError{err} }
+
+// retrier tries a step every interval until it succeeds, fails for good,
+// ctx ends or the deadline passes.
+type retrier struct {
+	clock    clock.Clock
+	interval time.Duration
+	deadline time.Time
+	timeout  time.Duration
+}
+
+func (r retrier) do(ctx context.Context, what string, try func() error) error {
+	log := klog.FromContext(ctx)
+	last := ""
+	for {
+		err := try()
+		var p permanentError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &p):
+			return fmt.Errorf("%s: %w", what, err)
+		case !r.clock.Now().Before(r.deadline):
+			return fmt.Errorf("%s: gave up after %s: %w", what, r.timeout, err)
+		}
+		if err.Error() != last {
+			log.Info("Trying again", "step", what, "reason", err.Error(), "retryAfter", r.interval)
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
+		case <-r.clock.After(r.interval):
+		}
+	}
+}
