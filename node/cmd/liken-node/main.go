@@ -85,7 +85,7 @@ func run() int {
 	fl.StringVar(&f.osReleaseFile, "os-release-file", "/etc/liken/release", "the running image's release file (VERSION=YYYY.MM.DD-NNN)")
 	fl.StringVar(&f.appliers, "appliers", "os", "os: change the real operating system and reboot with the reboot system call; record: record changes in <root>/applier.log and exit with code 100 to reboot (the lab)")
 	_ = runCmd.MarkFlagRequired("machine")
-	root.AddCommand(runCmd, &cobra.Command{
+	root.AddCommand(runCmd, controlPlaneCommand(syscall.Exec), &cobra.Command{
 		Use:   "version",
 		Short: "Print liken-node's version",
 		Args:  cobra.NoArgs,
