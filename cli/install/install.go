@@ -8,19 +8,23 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
+	"liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/join"
 	"liken.sh/liken/node/slots"
 	"liken.sh/liken/release"
@@ -56,6 +60,11 @@ const (
 	// join with: the Cluster's endpoint, the server CA and the bootstrap
 	// token of the layer's join token.
 	BootstrapFile = "bootstrap.kubeconfig"
+	// LeaderDir is a Leader's folder on the layer partition (mode 0700,
+	// files 0600): controlplane.ConfigFile, the control plane's
+	// configuration, and controlplane.IdentityDir, the cluster identity
+	// unpacked. A Worker's disk has none.
+	LeaderDir = "leader"
 	// maxMBRBytes is the most an MBR partition table addresses.
 	maxMBRBytes = int64(1<<32-1) * diskimage.SectorSize
 )
@@ -73,7 +82,10 @@ with GRUB for BIOS, a boot partition (grub.cfg, the boot state with slot A
 proven, and slot A's kernel and initramfs), the deployment layer (a
 worker's without the identity's private keys: it joins with the token and
 never signs) and the name of the machine, and the slot store: slot A holds the release, slot B
-is empty until the first upgrade.
+is empty until the first upgrade. A leader's layer partition also gets
+leader/: its control plane's configuration (config.yaml: the Cluster's
+endpoint and service range, and how every leader is reached) and the
+cluster identity, unpacked.
 
 The release must be one the layer's Cluster catalogues: its release.yaml is
 checked against the catalog digest, and every artifact against release.yaml,
@@ -145,6 +157,10 @@ type Options struct {
 	// TempDir is where the partitions' content is assembled; "" is the
 	// system's temporary folder.
 	TempDir string
+	// ExternalControlPlane is for tests only: it leaves LeaderDir off a
+	// Leader's disk, so that the Leader runs no control plane of its own
+	// and joins one that runs on the host.
+	ExternalControlPlane bool
 
 	host host // the machine's view of mounts and devices; zero is the real one
 }
@@ -200,8 +216,16 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	}
 	cluster := lay.Cluster.Cluster
 	keys := "the identity's private keys, as a leader's disk carries them"
+	var leader *controlplane.Config
 	if lay.Machine(o.Machine).Spec.Role != v1alpha1.RoleLeader {
 		keys = "no private keys: a worker's disk carries only the certificates and the join token"
+	} else if !o.ExternalControlPlane {
+		cfg, err := lay.ControlPlaneConfig(o.Machine)
+		if err != nil {
+			return nil, fmt.Errorf("the layer %s: %w", o.Layer, err)
+		}
+		leader = &cfg
+		keys += ", and its control plane's configuration"
 	}
 	step("Layer %s: Cluster %s, machine %s (%s)", o.Layer, cluster.Name, o.Machine, keys)
 
@@ -291,7 +315,7 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	if err := writeBootTree(trees[BootLabel]); err != nil {
 		return nil, err
 	}
-	if err := writeLayerTree(trees[LayerLabel], lay, o.Machine); err != nil {
+	if err := writeLayerTree(trees[LayerLabel], lay, o.Machine, leader); err != nil {
 		return nil, err
 	}
 
@@ -421,8 +445,9 @@ func writeBootTree(dir string) error {
 // writeLayerTree writes the layer partition: the layer as the machine
 // carries it (a worker's without private keys), the join kubeconfig
 // (readable by root only: they hold the token, and a leader's layer the
-// keys) and the machine's name.
-func writeLayerTree(dir string, lay *layer.Layer, machine string) error {
+// keys), the machine's name and, given a leader's control plane
+// configuration, LeaderDir.
+func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *controlplane.Config) error {
 	own, err := lay.ForMachine(machine)
 	if err != nil {
 		return err
@@ -441,7 +466,54 @@ func writeLayerTree(dir string, lay *layer.Layer, machine string) error {
 	if err := os.WriteFile(filepath.Join(dir, BootstrapFile), join, 0o600); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, MachineFile), []byte(machine+"\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, MachineFile), []byte(machine+"\n"), 0o644); err != nil {
+		return err
+	}
+	if leader == nil {
+		return nil
+	}
+	return writeLeaderDir(filepath.Join(dir, LeaderDir), own.Identity, *leader)
+}
+
+// writeLeaderDir writes a leader's LeaderDir: the control plane's
+// configuration and every file of the identity, folders 0700 and files
+// 0600, as liken-node's control plane setup reads them.
+func writeLeaderDir(dir string, id *layer.Identity, cfg controlplane.Config) error {
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{controlplane.ConfigFile: b}
+	for _, name := range layer.IdentityFiles() {
+		b, ok := id.Files[name]
+		if !ok {
+			return fmt.Errorf("the leader's identity has no %s", name)
+		}
+		files[path.Join(controlplane.IdentityDir, name)] = b
+	}
+	dirs := []string{"."}
+	for name := range files {
+		for d := path.Dir(name); d != "." && !slices.Contains(dirs, d); d = path.Dir(d) {
+			dirs = append(dirs, d)
+		}
+	}
+	slices.Sort(dirs) // parents first
+	for _, d := range dirs {
+		p := filepath.Join(dir, filepath.FromSlash(d))
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, 0o700); err != nil { // a umask may have narrowed it
+			return err
+		}
+	}
+	for name, b := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BootstrapKubeconfig returns the kubeconfig a machine of the layer joins
@@ -452,10 +524,7 @@ func BootstrapKubeconfig(lay *layer.Layer) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	server := lay.Cluster.Cluster.Spec.Network.Endpoint
-	if !strings.Contains(server, "://") {
-		server = "https://" + server
-	}
+	server := layer.EndpointURL(lay.Cluster.Cluster.Spec.Network.Endpoint)
 	return clientcmd.Write(join.BootstrapKubeconfig(server, lay.Identity.Files["server-ca.crt"], id+"."+secret))
 }
 

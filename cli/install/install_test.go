@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
+	"liken.sh/liken/node/controlplane"
 	"liken.sh/liken/release"
 )
 
@@ -151,20 +153,23 @@ func partList(t *testing.T, disk string, p diskimage.Partition, dir string) []st
 // slot A, each file system checked by e2fsck.
 func TestInstallImage(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		http    bool // the release from a channel on the web
-		machine string
-		leader  bool
+		name     string
+		http     bool // the release from a channel on the web
+		machine  string
+		leader   bool
+		external bool // Options.ExternalControlPlane
 	}{
-		{"leader, release folder", false, "node-1", true},
-		{"leader, release URL", true, "node-1", true},
-		{"worker, release folder", false, "node-2", false},
+		{"leader, release folder", false, "node-1", true, false},
+		{"leader, release URL", true, "node-1", true, false},
+		{"worker, release folder", false, "node-2", false, false},
+		{"leader of a control plane on the host", false, "node-1", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			lay := f.layer(t, f.targets[v1], f.targets[v2])
 			o := f.options(t, lay)
 			o.Machine = tc.machine
+			o.ExternalControlPlane = tc.external
 			if tc.http {
 				srv := httptest.NewServer(http.FileServer(http.Dir(f.channel)))
 				defer srv.Close()
@@ -246,6 +251,14 @@ func TestInstallImage(t *testing.T) {
 			assert.NilError(t, err)
 			assert.Check(t, is.Contains(string(stat), "Mode:  0600"))
 
+			// A leader's control plane: leader/ with its configuration and
+			// the identity, as liken-node's control plane setup reads them.
+			if !tc.leader || tc.external {
+				assert.Check(t, !slices.Contains(partList(t, o.Disk, parts[1], "/"), LeaderDir), "a disk with no control plane of its own has %s/", LeaderDir)
+			} else {
+				checkLeaderDir(t, o.Disk, parts[1], l)
+			}
+
 			// The slot store: A holds the release, B is empty.
 			slotsPart := parts[2]
 			for p, b := range f.files {
@@ -263,6 +276,47 @@ func TestInstallImage(t *testing.T) {
 			assert.Check(t, is.Equal(st.Slots[1].State, "Empty"))
 		})
 	}
+}
+
+// checkLeaderDir reads a Leader's leader/ from its layer partition: its
+// folders 0700 and files 0600, a config.yaml that controlplane.Load
+// accepts with this leader's configuration, and the identity, with which
+// controlplane.Setup issues the control plane's certificates.
+func checkLeaderDir(t *testing.T, disk string, p diskimage.Partition, l *layer.Layer) {
+	t.Helper()
+	mode := func(file string) string {
+		out, err := exec.Command("debugfs", "-R", "stat "+file, fmt.Sprintf("%s?offset=%d", disk, int64(p.Start)*diskimage.SectorSize)).Output()
+		assert.NilError(t, err)
+		_, m, _ := strings.Cut(string(out), "Mode:  ")
+		return strings.Fields(m)[0]
+	}
+	local := t.TempDir()
+	read := func(name string) {
+		file := "/" + LeaderDir + "/" + name
+		assert.Check(t, is.Equal(mode(file), "0600"), file)
+		dst := filepath.Join(local, filepath.FromSlash(name))
+		assert.NilError(t, os.MkdirAll(filepath.Dir(dst), 0o700))
+		assert.NilError(t, os.WriteFile(dst, partFile(t, disk, p, file), 0o600))
+	}
+	for _, d := range []string{"", "/" + controlplane.IdentityDir, "/" + controlplane.IdentityDir + "/etcd"} {
+		assert.Check(t, is.Equal(mode("/"+LeaderDir+d), "0700"), "/%s%s", LeaderDir, d)
+	}
+	read(controlplane.ConfigFile)
+	for _, name := range layer.IdentityFiles() {
+		read(controlplane.IdentityDir + "/" + name)
+	}
+	cfg, err := controlplane.Load(filepath.Join(local, controlplane.ConfigFile))
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(cfg, controlplane.Config{
+		Machine: "node-1", Endpoint: "https://10.0.0.10:6443", ServiceCIDR: "10.96.0.0/16", FirstLeader: "node-1",
+		Leaders: []controlplane.Leader{{Name: "node-1", APIServer: "https://10.0.0.11:6443", EtcdClient: "https://10.0.0.11:2379", EtcdPeer: "https://10.0.0.11:2380"}},
+	}))
+	for _, name := range layer.IdentityFiles() {
+		b, err := os.ReadFile(filepath.Join(local, controlplane.IdentityDir, filepath.FromSlash(name)))
+		assert.NilError(t, err)
+		assert.Check(t, bytes.Equal(b, l.Identity.Files[name]), "%s/%s differs from the layer's", controlplane.IdentityDir, name)
+	}
+	assert.Check(t, controlplane.Setup(cfg, filepath.Join(local, controlplane.IdentityDir), t.TempDir(), time.Now()))
 }
 
 // TestInstallRefuses: what liken install refuses, and that it writes
@@ -292,6 +346,20 @@ func TestInstallRefuses(t *testing.T) {
 				o.Layer = f.layer(t, release.Target{Version: v1, Digest: f.targets[v2].Digest})
 			},
 			want: "but Cluster mycluster catalogues release " + v1 + " with digest " + f.targets[v2].Digest,
+		},
+		{
+			name: "a layer of two leaders, one that cannot be reached",
+			change: func(t *testing.T, o *Options) {
+				// Packed by a liken that did not check reach URLs.
+				l, err := layer.ReadFile(good, layer.DefaultLimits)
+				assert.NilError(t, err)
+				m, err := layer.ValidateDocument("machines/node-3.yaml", []byte("apiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata: {name: node-3}\nspec: {cluster: mycluster, role: Leader}\n"))
+				assert.NilError(t, err)
+				l.Machines = append(l.Machines, m)
+				o.Layer = filepath.Join(t.TempDir(), "old.tgz")
+				assert.NilError(t, l.WriteFile(o.Layer, false))
+			},
+			want: "Machine node-3: is one of 2 Leaders but has no static address (spec.ports[].addresses) and lacks the annotations liken.sh/apiserver-url, liken.sh/etcd-client-url, liken.sh/etcd-peer-url",
 		},
 		{
 			name: "an image file attached to a loop device",

@@ -26,6 +26,7 @@ import (
 	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/boot"
+	nodecp "liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/slots"
 	"liken.sh/liken/release"
 )
@@ -471,22 +472,30 @@ spec:
     stallTimeout: %s
 `, o.name, version, channel, version, digest, endpoint, trial, stall)
 	for i, n := range machineNames(o.machines) {
-		fmt.Fprintf(&b, `---
-apiVersion: liken.sh/v1alpha1
-kind: Machine
-metadata:
-  name: %s
-spec:
-  cluster: %s
-  role: %s
-  rebootPolicy: %s
-`, n, o.name, roleOf(i, o.leaders), o.policy)
+		fmt.Fprintf(&b, "---\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: %s\n", n)
+		if i < o.leaders && o.leaders > 1 {
+			// liken layer pack needs each of several leaders to be
+			// reachable. The lab's leaders have no static address and run
+			// no control plane yet (the VM lab installs them with
+			// ExternalControlPlane), so their reach URLs only name them.
+			b.WriteString(labReachAnnotations(n))
+		}
+		fmt.Fprintf(&b, "spec:\n  cluster: %s\n  role: %s\n  rebootPolicy: %s\n", o.name, roleOf(i, o.leaders), o.policy)
 		if !o.vm {
 			// The virtual machines' ports get DHCP from the image.
 			b.WriteString("  ports:\n  - name: eth0\n    dhcp: true\n")
 		}
 	}
 	return b.String()
+}
+
+// labReachAnnotations is a lab leader's metadata.annotations block: its
+// reach URLs, its name with the components' ports.
+func labReachAnnotations(machine string) string {
+	return fmt.Sprintf("  annotations:\n    %s: https://%s:%d\n    %s: https://%s:%d\n    %s: https://%s:%d\n",
+		v1.AnnotationAPIServerURL, machine, nodecp.APIServerPort,
+		v1.AnnotationEtcdClientURL, machine, nodecp.EtcdClientPort,
+		v1.AnnotationEtcdPeerURL, machine, nodecp.EtcdPeerPort)
 }
 
 // installMachine does what liken's installer does on a new machine: slot A

@@ -1,10 +1,15 @@
 package lab
 
 import (
+	"fmt"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"liken.sh/liken/cli/layer"
 )
 
 // TestStartupGraceArgs: LIKEN_LAB_STARTUP_GRACE becomes the operator's
@@ -47,5 +52,32 @@ func TestShellQuote(t *testing.T) {
 		out, err := exec.Command("sh", "-c", "eval \"$1\"; printf %s \"$KUBECONFIG\"", "sh", "export KUBECONFIG="+shellQuote(path)).Output()
 		assert.NilError(t, err)
 		assert.Equal(t, string(out), path, "the shell read back another path")
+	}
+}
+
+// TestFleetDocumentsPack: the lab's documents pass liken layer's checks for
+// every shape of lab, several leaders included (they carry the reach URL
+// annotations), and each leader's control plane configuration derives.
+func TestFleetDocumentsPack(t *testing.T) {
+	for _, o := range []upOptions{
+		{name: "lab", machines: 5, leaders: 3, policy: "Manual"},
+		{name: "lab", machines: 1, leaders: 1, policy: "Auto"},
+		{name: "vm", machines: 3, leaders: 1, policy: "Auto", vm: true},
+		{name: "vm", machines: 5, leaders: 3, policy: "Auto", vm: true},
+	} {
+		t.Run(fmt.Sprintf("%d/%d vm=%v", o.machines, o.leaders, o.vm), func(t *testing.T) {
+			docs := fleetDocuments(o, "https://10.0.2.2:7443", "http://10.0.2.2:8080", "2026.10.10-001",
+				"sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f")
+			parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
+			assert.Assert(t, is.Len(errs, 0), "%v", errs)
+			cluster, machines, errs := layer.CheckFleet(parsed)
+			assert.Assert(t, is.Len(errs, 0), "%v", errs)
+			l := &layer.Layer{Cluster: cluster, Machines: machines}
+			for _, n := range machineNames(o.leaders) {
+				cfg, err := l.ControlPlaneConfig(n)
+				assert.NilError(t, err)
+				assert.Check(t, is.Len(cfg.Leaders, o.leaders))
+			}
+		})
 	}
 }

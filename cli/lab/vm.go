@@ -151,6 +151,8 @@ func installVM(ctx context.Context, m MachineInfo, channelDir, version, layerFil
 	_, err := install.Install(ctx, install.Options{
 		Disk: filepath.Join(m.Dir, vmDisk), Release: filepath.Join(channelDir, version), Layer: layerFile,
 		Machine: m.Name, Size: vmDiskSize, TempDir: m.Dir,
+		// The control plane still runs on this computer.
+		ExternalControlPlane: true,
 	})
 	return err
 }

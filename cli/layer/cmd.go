@@ -123,7 +123,11 @@ documents and the cluster identity.
 Every document is checked first, with the same rules the API server
 applies (schema, allowed values, formats, spec.version in the catalog), and
 the fleet as a whole (one Cluster, every Machine in it, at least one
-leader). Any problem is reported with its file, document and field, and
+leader, and how the leaders reach each other's control plane). With two
+or more leaders, each needs a static address (spec.ports[].addresses) or
+the annotations liken.sh/apiserver-url, liken.sh/etcd-client-url and
+liken.sh/etcd-peer-url; a sole leader with neither is reached on
+127.0.0.1. Any problem is reported with its file, document and field, and
 nothing is written. The archive (tar, gzip) is written with mode 0600
 because it holds private keys and the join token.
 

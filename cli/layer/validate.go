@@ -400,7 +400,11 @@ func hasBlockingErr(errs field.ErrorList) bool {
 
 // CheckFleet checks what no single document can: exactly one Cluster, at
 // least one Machine, every Machine in that Cluster, unique machine names,
-// and at least one Leader. Problems with one Machine are *DocumentError.
+// at least one Leader, and, once those hold, that the Leaders' control
+// plane can be configured (LeaderConfig): with two or more Leaders, each
+// has a static address or the reach URL annotations, and the reach URLs
+// pass controlplane.Config.Validate. Problems with one Machine are
+// *DocumentError.
 func CheckFleet(docs []*Document) (cluster *Document, machines []*Document, errs []error) {
 	var clusters []*Document
 	for _, d := range docs {
@@ -448,5 +452,8 @@ func CheckFleet(docs []*Document) (cluster *Document, machines []*Document, errs
 		errs = append(errs, errors.New("no Machine has spec.role: Leader: a cluster needs at least one leader to run the datastore and the control plane"))
 	}
 	sort.Slice(machines, func(i, j int) bool { return machines[i].Name < machines[j].Name })
+	if len(errs) == 0 {
+		errs = checkControlPlane(cluster, machines)
+	}
 	return cluster, machines, errs
 }

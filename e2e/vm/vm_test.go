@@ -170,6 +170,8 @@ func (l *lab) install(name, layerFile string, rel *clirelease.Result) *vm {
 	_, err := install.Install(context.Background(), install.Options{
 		Disk: m.disk, Release: rel.Dir, Layer: layerFile, Machine: name, Size: 3 << 30,
 		GRUB: l.grub, TempDir: l.dir,
+		// The leader joins the control plane on the host.
+		ExternalControlPlane: true,
 	})
 	assert.NilError(l.t, err)
 	l.t.Logf("%s: disk written by liken install in %s", name, time.Since(start).Round(time.Millisecond))

@@ -87,11 +87,11 @@ type NetworkSpec struct {
 	// +optional
 	PodCIDR string `json:"podCIDR,omitempty"`
 	// ServiceCIDR is the range service addresses come from, such as
-	// 10.43.0.0/16. Disruption class: Reboot.
+	// 10.96.0.0/16 (the default). Disruption class: Reboot.
 	// +optional
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 	// ClusterDNS is the IP address of the cluster's DNS service, such as
-	// 10.43.0.10. Disruption class: Reboot.
+	// 10.96.0.10. Disruption class: Reboot.
 	// +optional
 	ClusterDNS string `json:"clusterDNS,omitempty"`
 }

@@ -33,6 +33,27 @@ const (
 	AnnotationCordoned = "liken.sh/cordoned"
 )
 
+// Annotations a person sets on a Leader Machine to say how the other
+// leaders reach its control plane. Each holds an https URL with a host and
+// a port, such as https://10.0.0.11:6443. Without one, liken layer pack
+// takes the Leader's first static address (spec.ports[].addresses) with
+// the component's port; a layer with two or more Leaders needs, for every
+// Leader, a static address or all three annotations. A Cluster's only
+// Leader with neither is reached on 127.0.0.1: it talks only to itself.
+// liken install writes them on every Leader's disk from the layer; editing
+// them in the cluster changes nothing on a running leader.
+const (
+	// AnnotationAPIServerURL is the Leader's API server URL. Default: its
+	// first static address, port 6443.
+	AnnotationAPIServerURL = "liken.sh/apiserver-url"
+	// AnnotationEtcdClientURL is the URL etcd's clients reach the Leader's
+	// member at. Default: its first static address, port 2379.
+	AnnotationEtcdClientURL = "liken.sh/etcd-client-url"
+	// AnnotationEtcdPeerURL is the URL the other members reach the
+	// Leader's member at. Default: its first static address, port 2380.
+	AnnotationEtcdPeerURL = "liken.sh/etcd-peer-url"
+)
+
 // Condition types.
 const (
 	// ConditionReady on a Cluster: every machine runs spec.version; on a
@@ -82,7 +103,18 @@ const (
 	DefaultDrainTimeout = 10 * time.Minute
 	DefaultTrialTimeout = 10 * time.Minute
 	DefaultStallTimeout = 30 * time.Minute
+	// DefaultServiceCIDR is the service range when spec.network.serviceCIDR
+	// is unset.
+	DefaultServiceCIDR = "10.96.0.0/16"
 )
+
+// ServiceCIDROrDefault is spec.network.serviceCIDR, or its default.
+func (n *NetworkSpec) ServiceCIDROrDefault() string {
+	if n.ServiceCIDR == "" {
+		return DefaultServiceCIDR
+	}
+	return n.ServiceCIDR
+}
 
 // PollIntervalOrDefault is spec.releases.pollInterval, or its default.
 func (r *ReleasesSpec) PollIntervalOrDefault() time.Duration {
