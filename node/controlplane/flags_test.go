@@ -109,6 +109,8 @@ func TestFlags(t *testing.T) {
 				{"--authentication-kubeconfig", dir + "/controller-manager.kubeconfig"},
 				{"--authorization-kubeconfig", dir + "/controller-manager.kubeconfig"},
 				{"--leader-elect", "true"},
+				{"--leader-elect-renew-deadline", "40s"},
+				{"--leader-elect-lease-duration", "60s"},
 				{"--root-ca-file", dir + "/server-ca.crt"},
 				{"--cluster-signing-cert-file", dir + "/client-ca.crt"},
 				{"--cluster-signing-key-file", dir + "/client-ca.key"},
@@ -123,6 +125,8 @@ func TestFlags(t *testing.T) {
 				{"--authentication-kubeconfig", dir + "/scheduler.kubeconfig"},
 				{"--authorization-kubeconfig", dir + "/scheduler.kubeconfig"},
 				{"--leader-elect", "true"},
+				{"--leader-elect-renew-deadline", "40s"},
+				{"--leader-elect-lease-duration", "60s"},
 			},
 		},
 	} {
