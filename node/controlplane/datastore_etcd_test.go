@@ -1,0 +1,500 @@
+package controlplane
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"liken.sh/liken/internal/srctree"
+)
+
+// etcdLeader is one leader of TestDatastoreWithRealEtcd: its config.yaml,
+// its setup folder (certificates, etcd.env), its etcd data folder and the
+// etcd process of its current boot.
+type etcdLeader struct {
+	name      string
+	cfg       Config
+	setupDir  string
+	dataDir   string
+	logFile   string
+	clientURL string
+	peerURL   string
+	boots     int
+	kill      func() // SIGKILLs the running etcd and waits for it; nil when none runs
+	exited    chan struct{}
+	exitErr   error
+	others    []string // the other leaders' client URLs
+}
+
+// etcdFleet is three leaders on 127.0.0.1, l1 the first, made from one
+// cluster identity, and liken-node's etcd client.
+type etcdFleet struct {
+	bin     string
+	leaders []*etcdLeader
+	etcd    *EtcdClient
+	token   string
+}
+
+// freePorts returns n distinct free ports of 127.0.0.1.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for len(ports) < n {
+		if p := freePort(t); !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports
+}
+
+func newEtcdFleet(t *testing.T) *etcdFleet {
+	t.Helper()
+	bin, err := srctree.Binary("kube")
+	assert.NilError(t, err)
+	identity, _ := testIdentity(t)
+	ports := freePorts(t, 3*3+1)
+	url := func(i int) string { return fmt.Sprintf("https://127.0.0.1:%d", ports[i]) }
+	base := Config{Endpoint: url(9), ServiceCIDR: "10.96.0.0/16", FirstLeader: "l1"}
+	for i := range 3 {
+		base.Leaders = append(base.Leaders, Leader{
+			Name: fmt.Sprintf("l%d", i+1), APIServer: url(3 * i), EtcdClient: url(3*i + 1), EtcdPeer: url(3*i + 2),
+		})
+	}
+	f := &etcdFleet{bin: bin, token: writeToken(t)}
+	for _, l := range base.Leaders {
+		cfg := base
+		cfg.Machine = l.Name
+		dir := t.TempDir()
+		el := &etcdLeader{
+			name: l.Name, cfg: cfg, clientURL: l.EtcdClient, peerURL: l.EtcdPeer,
+			setupDir: filepath.Join(dir, "run"), dataDir: filepath.Join(dir, "etcd"), logFile: filepath.Join(dir, "etcd.log"),
+		}
+		assert.NilError(t, Setup(cfg, identity, el.setupDir, time.Now()))
+		f.leaders = append(f.leaders, el)
+	}
+	for _, l := range f.leaders {
+		for _, o := range f.leaders {
+			if o != l {
+				l.others = append(l.others, o.clientURL)
+			}
+		}
+	}
+	l1 := f.leaders[0].setupDir
+	f.etcd, err = NewEtcdClientFromFiles(filepath.Join(l1, NodeEtcdClient.Cert()), filepath.Join(l1, NodeEtcdClient.Key()), filepath.Join(l1, EtcdServerCA.Cert()))
+	assert.NilError(t, err)
+	f.etcd.Timeout = 2 * time.Second
+	t.Cleanup(func() {
+		for _, l := range f.leaders {
+			if l.kill != nil {
+				l.kill()
+			}
+			if t.Failed() {
+				t.Logf("%s's etcd log (end):\n%s", l.name, tail(l.logFile, 6000))
+			}
+		}
+	})
+	return f
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// clientURLs are every leader's etcd client URL, as etcd-start asks them.
+func (f *etcdFleet) clientURLs() []string {
+	var urls []string
+	for _, l := range f.leaders {
+		urls = append(urls, l.clientURL)
+	}
+	return urls
+}
+
+// startOptions are what liken-node control-plane etcd-start passes Start
+// on leader l.
+func (f *etcdFleet) startOptions(l *etcdLeader, restart bool) StartOptions {
+	return StartOptions{
+		Name: l.name, PeerURL: l.peerURL, FirstLeader: l.cfg.FirstLeader == l.name,
+		ClientURLs: f.clientURLs(), Etcd: f.etcd,
+		Endpoint: probeFunc(func() bool { return false }),
+		Data:     DiskData{Dir: l.dataDir}, Restart: restart,
+		EnvFile: filepath.Join(l.setupDir, EtcdEnvFile),
+	}
+}
+
+// startPaced runs Start on a fake clock, stepped by RetryInterval whenever
+// Start waits, at most every 50 ms of real time so that a real etcd that
+// refuses a change for a moment is asked again soon. Once Start has waited
+// cancelAfter on the clock and waits again, its context ends. It returns
+// Start's answer and how long it waited on the clock.
+func startPaced(ctx context.Context, t *testing.T, o StartOptions, cancelAfter time.Duration) (StartDecision, time.Duration, error) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Now())
+	o.Clock = clk
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		d   StartDecision
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := Start(ctx, o)
+		done <- result{d, err}
+	}()
+	var waited time.Duration
+	var r result
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		select {
+		case r = <-done:
+			return poll.Success()
+		default:
+		}
+		switch {
+		case !clk.HasWaiters():
+			return poll.Continue("Start is deciding")
+		case waited >= cancelAfter:
+			cancel()
+			return poll.Continue("Start's context ended after %s", waited)
+		}
+		clk.Step(RetryInterval)
+		waited += RetryInterval
+		return poll.Continue("Start waited %s", waited)
+	}, poll.WithDelay(50*time.Millisecond), poll.WithTimeout(30*time.Second))
+	return r.d, waited, r.err
+}
+
+// readEtcdEnv reads etcd.env as systemd's EnvironmentFile does for these
+// lines: KEY=value, comments and blank lines skipped.
+func readEtcdEnv(t *testing.T, path string) map[string]string {
+	t.Helper()
+	file, err := os.Open(path)
+	assert.NilError(t, err)
+	defer file.Close()
+	env := map[string]string{}
+	s := bufio.NewScanner(file)
+	for s.Scan() {
+		line := strings.TrimSpace(s.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		assert.Assert(t, ok, "%s: a line without =: %q", path, line)
+		env[k] = v
+	}
+	assert.NilError(t, s.Err())
+	return env
+}
+
+// boot is one boot of leader l's etcd as its units run it: etcd-start's
+// Start, then etcd with EtcdArgs and etcd.env in its environment (init's
+// promotion is promote). It returns Start's decision and how long Start
+// waited on its clock.
+func (f *etcdFleet) boot(ctx context.Context, t *testing.T, l *etcdLeader, restart bool) (StartDecision, time.Duration) {
+	t.Helper()
+	d, waited, err := startPaced(ctx, t, f.startOptions(l, restart), time.Hour)
+	assert.NilError(t, err)
+	f.runEtcd(t, l, d)
+	return d, waited
+}
+
+// runEtcd starts etcd on leader l as etcd.service does: `kube etcd` with
+// EtcdArgs, etcd.env in the environment. The data folder and the listen
+// URLs are the test's: EtcdArgs listens on every address at the fixed
+// ports 2379 and 2380, which three leaders on one host cannot share.
+func (f *etcdFleet) runEtcd(t *testing.T, l *etcdLeader, d StartDecision) {
+	t.Helper()
+	assert.Assert(t, l.kill == nil, "%s's etcd still runs", l.name)
+	env := readEtcdEnv(t, filepath.Join(l.setupDir, EtcdEnvFile))
+	assert.DeepEqual(t, env, map[string]string{"ETCD_INITIAL_CLUSTER_STATE": d.InitialClusterState, "ETCD_INITIAL_CLUSTER": d.InitialCluster})
+
+	args, err := EtcdArgs(l.cfg, l.setupDir)
+	assert.NilError(t, err)
+	replace := map[string]string{"--data-dir": l.dataDir, "--listen-client-urls": l.clientURL, "--listen-peer-urls": l.peerURL}
+	for i, a := range args {
+		k, _, _ := strings.Cut(a, "=")
+		if v, ok := replace[k]; ok {
+			args[i] = k + "=" + v
+			delete(replace, k)
+		}
+	}
+	assert.Check(t, is.Len(replace, 0), "EtcdArgs no longer sets these flags")
+
+	var environ []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") {
+			environ = append(environ, kv)
+		}
+	}
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	l.boots++
+	logFile, err := os.OpenFile(l.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	assert.NilError(t, err)
+	defer logFile.Close()
+	_, _ = fmt.Fprintf(logFile, "=== boot %d: %s\n", l.boots, d.Action)
+	cmd := exec.Command(f.bin, append([]string{"etcd"}, args...)...)
+	cmd.Env = environ
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	assert.NilError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		l.exitErr = cmd.Wait()
+		close(exited)
+	}()
+	l.exited = exited
+	l.kill = func() {
+		_ = cmd.Process.Kill() // SIGKILL: a power cut
+		<-exited
+		l.kill = nil
+	}
+}
+
+// running fails the poll when l's etcd exited.
+func (l *etcdLeader) running() error {
+	select {
+	case <-l.exited:
+		return fmt.Errorf("%s's etcd exited: %v", l.name, l.exitErr)
+	default:
+		return nil
+	}
+}
+
+// promote runs init's promotion on leader l: its own member first, then
+// the others, as liken-node control-plane init orders them.
+func (f *etcdFleet) promote(ctx context.Context, t *testing.T, l *etcdLeader) {
+	t.Helper()
+	err := Init(ctx, InitOptions{Kube: fake.NewClientset(), TokenFile: f.token, Name: l.name,
+		ClientURLs: append([]string{l.clientURL}, l.others...), Etcd: f.etcd,
+		Interval: 200 * time.Millisecond, Timeout: 30 * time.Second})
+	assert.NilError(t, err)
+}
+
+// waitVoters waits until the member list is exactly the named leaders,
+// each a voter that started, and each of them answers /health true. It
+// returns their member IDs by name.
+func (f *etcdFleet) waitVoters(ctx context.Context, t *testing.T, want ...*etcdLeader) map[string]uint64 {
+	t.Helper()
+	ids := map[string]uint64{}
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, l := range want {
+			if err := l.running(); err != nil {
+				return poll.Error(err)
+			}
+		}
+		members, err := f.etcd.MemberList(ctx, want[0].clientURL)
+		if err != nil {
+			return poll.Continue("%v", err)
+		}
+		got := map[string]Member{}
+		for _, m := range members {
+			got[m.Name] = m
+		}
+		if len(members) != len(want) || len(got) != len(want) {
+			return poll.Continue("members: %+v", members)
+		}
+		for _, l := range want {
+			m, ok := got[l.name]
+			switch {
+			case !ok:
+				return poll.Continue("%s is no member: %+v", l.name, members)
+			case m.IsLearner:
+				return poll.Continue("%s is a learner", l.name)
+			case !slices.Equal(m.PeerURLs, []string{l.peerURL}) || !slices.Equal(m.ClientURLs, []string{l.clientURL}):
+				return poll.Error(fmt.Errorf("%s's member has URLs %v and %v, not %s and %s", l.name, m.PeerURLs, m.ClientURLs, l.peerURL, l.clientURL))
+			}
+			if ok, err := f.etcd.Health(ctx, l.clientURL); !ok {
+				return poll.Continue("%s: %v", l.name, err)
+			}
+			ids[l.name] = m.ID
+		}
+		return poll.Success()
+	}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
+	return ids
+}
+
+// list is the member list as l1 answers it.
+func (f *etcdFleet) list(ctx context.Context, t *testing.T) []Member {
+	t.Helper()
+	members, err := f.etcd.MemberList(ctx, f.leaders[0].clientURL)
+	assert.NilError(t, err)
+	return members
+}
+
+// members splits an initial cluster into its name=peerURL entries, sorted:
+// etcd lists members in the order of their IDs.
+func members(initialCluster string) []string {
+	return slices.Sorted(slices.Values(strings.Split(initialCluster, ",")))
+}
+
+// TestDatastoreWithRealEtcd runs the datastore's start and init's
+// promotion (docs/design/controlplane.md, "The datastore") on three
+// leaders with real etcd members, started as etcd.service starts them:
+// EtcdArgs, and etcd.env from Start in the environment.
+func TestDatastoreWithRealEtcd(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newEtcdFleet(t)
+	l1, l2, l3 := f.leaders[0], f.leaders[1], f.leaders[2]
+	ids := map[string]uint64{}
+	// Each scenario runs on the cluster the ones before it left.
+	step := func(name string, fn func(t *testing.T)) {
+		if !t.Run(name, fn) {
+			t.FailNow()
+		}
+	}
+
+	step("the first leader bootstraps alone after its bootstrap wait", func(t *testing.T) {
+		d, waited := f.boot(ctx, t, l1, false)
+		assert.Equal(t, d.Action, Bootstrap, d.Reason)
+		assert.Equal(t, waited, DefaultBootstrapWait)
+		assert.Equal(t, d.InitialCluster, "l1="+l1.peerURL)
+		f.promote(ctx, t, l1)
+		ids = f.waitVoters(ctx, t, l1)
+	})
+
+	// join boots l as a new leader: it joins as a learner and init
+	// promotes it.
+	join := func(t *testing.T, l *etcdLeader, before ...*etcdLeader) {
+		began := time.Now()
+		d, waited := f.boot(ctx, t, l, false)
+		assert.Equal(t, d.Action, JoinAsLearner, d.Reason)
+		// etcd refuses an addition for a few seconds after a promotion
+		// ("unhealthy cluster"); Start tries again.
+		t.Logf("Start took %s to add %s (%d tries)", time.Since(began).Round(time.Millisecond), l.name, waited/RetryInterval+1)
+		var want []string
+		for _, b := range before {
+			want = append(want, b.name+"="+b.peerURL)
+		}
+		assert.DeepEqual(t, members(d.InitialCluster), members(strings.Join(append(want, l.name+"="+l.peerURL), ",")))
+		f.promote(ctx, t, l)
+		ids = f.waitVoters(ctx, t, append(before, l)...)
+	}
+	step("the second leader joins as a learner and is promoted", func(t *testing.T) {
+		join(t, l2, l1)
+	})
+	step("the third leader joins as a learner and is promoted", func(t *testing.T) {
+		join(t, l3, l1, l2)
+	})
+
+	step("a leader loses power and boots with its data, changing no member", func(t *testing.T) {
+		before := byID(f.list(ctx, t))
+		l2.kill()
+		d, waited := f.boot(ctx, t, l2, false)
+		assert.Equal(t, d.Action, StartWithData, d.Reason)
+		assert.Equal(t, waited, time.Duration(0))
+		assert.DeepEqual(t, f.waitVoters(ctx, t, l1, l2, l3), ids)
+
+		// etcd crashes and systemd starts it again in the same boot: Start
+		// asks whether the member was removed; it was not.
+		l2.kill()
+		d, _ = f.boot(ctx, t, l2, true)
+		assert.Equal(t, d.Action, StartWithData, d.Reason)
+		assert.DeepEqual(t, f.waitVoters(ctx, t, l1, l2, l3), ids)
+		members, err := f.etcd.MemberList(ctx, l2.clientURL)
+		assert.NilError(t, err, "l2 votes again and answers at its own URL")
+		assert.DeepEqual(t, byID(members), before)
+	})
+
+	step("a re-installed leader replaces its member", func(t *testing.T) {
+		old := ids["l3"]
+		l3.kill()
+		assert.NilError(t, os.RemoveAll(l3.dataDir))
+		began := time.Now()
+		d, waited := f.boot(ctx, t, l3, false)
+		assert.Equal(t, d.Action, JoinAsLearner, d.Reason)
+		t.Logf("Start took %s to replace l3's member (%d tries)", time.Since(began).Round(time.Millisecond), waited/RetryInterval+1)
+		assert.DeepEqual(t, members(d.InitialCluster), members("l1="+l1.peerURL+",l2="+l2.peerURL+",l3="+l3.peerURL))
+		_, listed := byID(f.list(ctx, t))[old]
+		assert.Check(t, !listed, "l3's old member %x is still listed", old)
+		f.promote(ctx, t, l3)
+		ids = f.waitVoters(ctx, t, l1, l2, l3)
+		assert.Check(t, ids["l3"] != old, "l3 kept its member ID %x", old)
+		assert.Check(t, ids["l1"] != 0 && ids["l2"] != 0)
+	})
+
+	step("while a learner is pending, another machine waits; the learner's machine starts as it", func(t *testing.T) {
+		// l3 is re-installed again and loses power right after its
+		// etcd-start added it as a learner, before etcd started.
+		l3.kill()
+		assert.NilError(t, os.RemoveAll(l3.dataDir))
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if _, err := f.etcd.MemberRemove(ctx, l1.clientURL, ids["l3"]); err != nil {
+				return poll.Continue("%v", err)
+			}
+			return poll.Success()
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
+		pending, _, err := f.etcd.MemberAdd(ctx, l1.clientURL, l3.peerURL, true)
+		assert.NilError(t, err)
+		before := byID(f.list(ctx, t))
+
+		// A fourth leader, new to the fleet, with no data.
+		dir := t.TempDir()
+		l4 := StartOptions{
+			Name: "l4", PeerURL: fmt.Sprintf("https://127.0.0.1:%d", freePort(t)), ClientURLs: f.clientURLs(), Etcd: f.etcd,
+			Data: DiskData{Dir: filepath.Join(dir, "etcd")}, EnvFile: filepath.Join(dir, EtcdEnvFile),
+		}
+		_, waited, err := startPaced(ctx, t, l4, RetryInterval)
+		assert.ErrorContains(t, err, fmt.Sprintf("etcd did not start: member %x at %s was added and has not started yet; etcd takes one new member at a time", pending.ID, l3.peerURL))
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, waited, RetryInterval, "it looked again and still waited")
+		_, err = os.Stat(l4.EnvFile)
+		assert.Check(t, errors.Is(err, os.ErrNotExist), "etcd.env written for a machine that must wait")
+		assert.DeepEqual(t, byID(f.list(ctx, t)), before)
+
+		d, waited := f.boot(ctx, t, l3, false)
+		assert.Equal(t, d.Action, StartAdded, d.Reason)
+		assert.Equal(t, waited, time.Duration(0))
+		assert.DeepEqual(t, byID(f.list(ctx, t)), before) // Start added nothing
+		f.promote(ctx, t, l3)
+		ids = f.waitVoters(ctx, t, l1, l2, l3)
+		assert.Equal(t, ids["l3"], pending.ID)
+	})
+
+	step("a removed member's etcd exits; its restart moves the data aside and joins again", func(t *testing.T) {
+		old := ids["l2"]
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if _, err := f.etcd.MemberRemove(ctx, l1.clientURL, old); err != nil {
+				return poll.Continue("%v", err)
+			}
+			return poll.Success()
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if l2.running() == nil {
+				return poll.Continue("l2's etcd still runs")
+			}
+			return poll.Success()
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
+		l2.kill() // reaps it
+
+		d, _ := f.boot(ctx, t, l2, true)
+		assert.Equal(t, d.Action, JoinAsLearner, d.Reason)
+		aside, err := filepath.Glob(filepath.Join(l2.dataDir, "removed-*", "member"))
+		assert.NilError(t, err)
+		assert.Check(t, is.Len(aside, 1), "the removed member's data is kept aside")
+		f.promote(ctx, t, l2)
+		ids = f.waitVoters(ctx, t, l1, l2, l3)
+		assert.Check(t, ids["l2"] != old, "l2 kept its member ID %x", old)
+	})
+}
