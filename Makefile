@@ -31,7 +31,7 @@ build: kube ## Build liken, cluster-operator, liken-node and the control plane i
 .PHONY: kube
 kube: $(BIN)/kube
 
-$(BIN)/kube: hack/kube/go.mod hack/kube/go.sum hack/kube/main.go
+$(BIN)/kube: hack/kube/go.mod hack/kube/go.sum $(wildcard hack/kube/*.go)
 	@mkdir -p $(BIN)
 	cd hack/kube && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/kube.tmp .
 	mv $(BIN)/kube.tmp $(BIN)/kube
@@ -63,7 +63,7 @@ test: verify build image ## Every test: unit, fuzz smoke, e2e on the real contro
 	hack/fuzz-smoke.sh
 
 .PHONY: test-vm
-test-vm: build image ## The virtual machine scenarios make test leaves out: three machines upgrading, a hung trial, power losses, a kubelet that never starts, liken lab up --vm.
+test-vm: build image ## The virtual machine scenarios make test leaves out: three machines upgrading, a hung trial, power losses, a kubelet that never starts, a leader running its own control plane, liken lab up --vm.
 	LIKEN_BIN=$(BIN) LIKEN_VM_MACHINES=3 $(GO) test -count=1 -p 1 -timeout 120m -tags vmfaults -v ./e2e/vm/
 
 .PHONY: bench

@@ -3,7 +3,8 @@
 // kube-scheduler and kwok. Shared packages compile and link once.
 //
 // The component is chosen by the first argument, or by the name the binary
-// was called under (a symlink named after the component).
+// was called under (a symlink named after the component). Built with the
+// tag nokwok (liken's OS image), it leaves kwok out.
 package main
 
 import (
@@ -13,7 +14,6 @@ import (
 	_ "time/tzdata"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/etcdmain"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"
@@ -22,10 +22,6 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kwokconfig "sigs.k8s.io/kwok/pkg/config"
-	kwokcmd "sigs.k8s.io/kwok/pkg/kwok/cmd"
-	kwoklog "sigs.k8s.io/kwok/pkg/log"
-	"sigs.k8s.io/kwok/pkg/utils/signals"
 )
 
 const usage = "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok [flags]"
@@ -61,29 +57,4 @@ func run(cmd *cobra.Command, name string, args []string) int {
 	cmd.SetArgs(args)
 	os.Args = append([]string{name}, args...)
 	return cli.Run(cmd)
-}
-
-func runKwok(args []string) int {
-	os.Args = append([]string{"kwok"}, args...)
-	// The Kubernetes components register flags (such as --version) on the
-	// global flag set when their packages load; kwok defines its own.
-	pflag.CommandLine = pflag.NewFlagSet("kwok", pflag.ContinueOnError)
-	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
-	flagset.ParseErrorsAllowlist.UnknownFlags = true
-	flagset.Usage = func() {}
-	ctx := signals.SetupSignalContext()
-	ctx, logger := kwoklog.InitFlags(ctx, flagset)
-	ctx, err := kwokconfig.InitFlags(ctx, flagset)
-	if err != nil {
-		logger.Error("init config flags", "err", err)
-		return 1
-	}
-	command := kwokcmd.NewCommand(ctx)
-	command.PersistentFlags().AddFlagSet(flagset)
-	command.SetArgs(args)
-	if err := command.ExecuteContext(ctx); err != nil {
-		logger.Error("kwok exited", "err", err)
-		return 1
-	}
-	return 0
 }

@@ -41,6 +41,7 @@ import (
 const (
 	suite              = "bookworm"
 	kubeVersion        = "v1.37.2"
+	etcdVersion        = "v3.7.0" // as hack/kube/go.mod pins it
 	containerdVersion  = "v2.2.9"
 	runcVersion        = "v1.3.3"
 	cniPluginsVersion  = "v1.10.0"
@@ -61,7 +62,10 @@ var debianPackages = []string{
 var initramfsModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "loop", "squashfs", "overlay", "softdog"}
 
 // units are the systemd units enabled in the image.
-var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "liken-node.service", "systemd-networkd.service", "systemd-timesyncd.service"}
+// The control plane's units start only on a leader, whose layer partition
+// holds leader/config.yaml (docs/design/controlplane.md).
+var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "liken-node.service", "systemd-networkd.service", "systemd-timesyncd.service",
+	"liken-control-plane-setup.service", "etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service", "liken-control-plane-init.service"}
 
 //go:embed all:rootfs
 var rootfs embed.FS
@@ -211,10 +215,10 @@ func (b *builder) run() error {
 // into the cache, once per set of versions, and returns each binary's path
 // by name.
 func (b *builder) agent() (map[string]string, error) {
-	key := strings.Join([]string{kubeVersion, containerdVersion, runcVersion, cniPluginsVersion}, "-")
+	key := strings.Join([]string{kubeVersion, etcdVersion, containerdVersion, runcVersion, cniPluginsVersion}, "-")
 	dir := filepath.Join(b.cache, "agent-"+key)
 	bins := map[string]string{}
-	for _, n := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback"} {
+	for _, n := range []string{"kubelet", "kube", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback"} {
 		bins[n] = filepath.Join(dir, n)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".done")); err == nil {
@@ -234,6 +238,16 @@ func (b *builder) agent() (map[string]string, error) {
 		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=" + minor +
 		" -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.gitCommit=liken-pinned"
 	if err := runEnv(filepath.Join(b.repo, "hack", "kube"), nil, "go", "build", "-ldflags", ldflags, "-o", bins["kubelet"], "k8s.io/kubernetes/cmd/kubelet"); err != nil {
+		return nil, err
+	}
+	// The leader's control plane: hack/kube's multi-call binary (etcd,
+	// kube-apiserver, kube-controller-manager, kube-scheduler) without
+	// kwok, built as make build builds it, so its packages come from the
+	// same build cache.
+	b.step("Building the control plane (etcd %s, Kubernetes %s) from hack/kube", etcdVersion, kubeVersion)
+	kubeLdflags := ldflags + " -X k8s.io/client-go/pkg/version.gitVersion=" + kubeVersion +
+		" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=" + minor
+	if err := runEnv(filepath.Join(b.repo, "hack", "kube"), nil, "go", "build", "-tags", "nokwok", "-ldflags", kubeLdflags, "-o", bins["kube"], "."); err != nil {
 		return nil, err
 	}
 	b.step("Building containerd %s", containerdVersion)
@@ -407,7 +421,7 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 		return err
 	}
 	install := map[string]string{
-		"usr/bin/kubelet": agent["kubelet"], "usr/bin/containerd": agent["containerd"],
+		"usr/bin/kubelet": agent["kubelet"], "usr/bin/kube": agent["kube"], "usr/bin/containerd": agent["containerd"],
 		"usr/bin/containerd-shim-runc-v2": agent["containerd-shim-runc-v2"], "usr/bin/ctr": agent["ctr"],
 		"usr/bin/runc": agent["runc"], "opt/cni/bin/bridge": agent["bridge"],
 		"opt/cni/bin/host-local": agent["host-local"], "opt/cni/bin/loopback": agent["loopback"],
@@ -447,7 +461,7 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 			return err
 		}
 	}
-	for _, d := range []string{"var/lib/kubelet", "var/lib/containerd", "var/lib/liken", "var/lib/liken-layer"} {
+	for _, d := range []string{"var/lib/kubelet", "var/lib/containerd", "var/lib/etcd", "var/lib/liken", "var/lib/liken-layer"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -486,7 +500,8 @@ func (b *builder) packageList(root string) ([]byte, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	for _, l := range []string{
-		"kubelet " + kubeVersion, "containerd " + containerdVersion, "runc " + runcVersion, "cni-plugins " + cniPluginsVersion,
+		"kubelet " + kubeVersion, "kube-apiserver " + kubeVersion, "kube-controller-manager " + kubeVersion, "kube-scheduler " + kubeVersion,
+		"etcd " + etcdVersion, "containerd " + containerdVersion, "runc " + runcVersion, "cni-plugins " + cniPluginsVersion,
 		"liken-node " + b.likenVersion,
 	} {
 		lines = append(lines, "built:"+l)

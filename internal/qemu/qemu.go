@@ -3,9 +3,11 @@ package qemu
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -129,6 +131,9 @@ type Hardware struct {
 	// host is HostAddress and DHCP gives the machine 10.0.2.15. Without it
 	// the machine has no network.
 	Network bool
+	// Forwards maps ports of the host's loopback to the machine's ports
+	// (TCP, through the user network; Network only).
+	Forwards map[int]int
 }
 
 // Args are a machine's QEMU flags: software emulation (KVM runs no guest
@@ -139,7 +144,12 @@ func (t *Tools) Args(disk string, hw Hardware, console string) []string {
 	if hw.Network {
 		// No option ROM: network boot is never used, and the ROM is in
 		// a package that is not unpacked.
-		nic = []string{"-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile="}
+		netdev := "user,id=net0"
+		hosts := slices.Sorted(maps.Keys(hw.Forwards))
+		for _, host := range hosts {
+			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", host, hw.Forwards[host])
+		}
+		nic = []string{"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile="}
 	}
 	return append(nic,
 		"-accel", "tcg", "-machine", "pc", "-m", strconv.Itoa(hw.MemoryMiB), "-smp", strconv.Itoa(hw.CPUs),

@@ -58,10 +58,12 @@ const daemonState = "state/daemon.json"
 const newRoot = "/root"
 
 // persistent are folders of the new root kept on the slot store, so they
-// survive a reboot: the node agent's state and identity.
+// survive a reboot: the node agent's state and identity, and a leader's
+// etcd member.
 var persistent = map[string]string{
 	"/var/lib/kubelet":    "machine/kubelet",
 	"/var/lib/containerd": "machine/containerd",
+	"/var/lib/etcd":       "machine/etcd",
 }
 
 func say(format string, args ...any) {
