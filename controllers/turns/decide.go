@@ -835,7 +835,7 @@ func grantingMessage(turns []likenv1.RebootTurn, down nameList, waiting []*liken
 		if b.Len() > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "Down without a turn (Lost, silent or NotReady; they count against maxUnavailable %d): %s.", maxUnavailable, down)
+		fmt.Fprintf(&b, "Down without a turn (Lost, silent, NotReady, or a leader whose control plane is not ready; they count against maxUnavailable %d): %s.", maxUnavailable, down)
 	}
 	var names nameList
 	for _, m := range waiting {

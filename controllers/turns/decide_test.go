@@ -163,6 +163,15 @@ func TestBudget(t *testing.T) {
 			want:     []string{"w1"}, reason: likenv1.ReasonGranting,
 		},
 		{
+			name:    "no leader while another leader's own control plane is not ready",
+			cluster: tu.Cluster("lab", tu.MaxUnavailable("3")),
+			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsReboot), tu.Machine("w1", tu.WantsReboot),
+				tu.Machine("l2", tu.Leader, func(m *likenv1.Machine) {
+					m.Status.Conditions = append(m.Status.Conditions, metav1.Condition{Type: likenv1.ConditionControlPlaneReady, Status: metav1.ConditionFalse})
+				})},
+			want: []string{"w1"}, reason: likenv1.ReasonGranting,
+		},
+		{
 			name:     "no leader while another leader is Lost",
 			cluster:  tu.Cluster("lab", tu.MaxUnavailable("3")),
 			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.WantsReboot), tu.Machine("l2", tu.Leader, tu.Phase(likenv1.MachineLost))},
@@ -335,7 +344,7 @@ func TestSilentMachineCountsBeforeItReadsLost(t *testing.T) {
 	d := Decide(in)
 	assert.Equal(t, len(d.Granted), 0)
 	assert.Equal(t, progressing(t, d.Status).Message,
-		"Down without a turn (Lost, silent or NotReady; they count against maxUnavailable 1): b. Waiting for a turn: a.")
+		"Down without a turn (Lost, silent, NotReady, or a leader whose control plane is not ready; they count against maxUnavailable 1): b. Waiting for a turn: a.")
 
 	// A silent machine that asked for a turn before it went quiet does not
 	// get one: it could not act on it.
@@ -345,7 +354,7 @@ func TestSilentMachineCountsBeforeItReadsLost(t *testing.T) {
 	d = Decide(in)
 	assert.Equal(t, len(d.Granted), 0)
 	assert.Equal(t, progressing(t, d.Status).Message,
-		"Down without a turn (Lost, silent or NotReady; they count against maxUnavailable 1): c. Waiting for a turn: a.")
+		"Down without a turn (Lost, silent, NotReady, or a leader whose control plane is not ready; they count against maxUnavailable 1): c. Waiting for a turn: a.")
 }
 
 func TestPausedSaysWhatToDo(t *testing.T) {

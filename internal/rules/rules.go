@@ -2,6 +2,8 @@
 package rules
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 )
 
@@ -43,12 +45,16 @@ type Node struct {
 
 // Unavailable reports whether a machine that holds no turn counts against
 // maxUnavailable: it reads Lost; its heartbeat stopped for the lost-after
-// duration although it may not read Lost yet (silent); or its Node is
+// duration although it may not read Lost yet (silent); it is a leader whose
+// own control plane is not ready (its ControlPlaneReady condition is False:
+// a member of the datastore down or still catching up); or its Node is
 // NotReady, or Ready only by the word of an earlier boot (the kubelet
 // reports a boot ID other than the machine's).
 func Unavailable(m *likenv1.Machine, silent bool, node Node) bool {
 	switch {
 	case m.Status.Phase == likenv1.MachineLost || silent:
+		return true
+	case IsLeader(m) && meta.IsStatusConditionFalse(m.Status.Conditions, likenv1.ConditionControlPlaneReady):
 		return true
 	case !node.Joined:
 		return false

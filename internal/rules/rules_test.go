@@ -67,10 +67,21 @@ func TestUnavailable(t *testing.T) {
 		{name: "kubelet reports no boot ID (simulated Node)", m: machine("n"), node: Node{Joined: true, Ready: true}},
 		{name: "machine reports no boot ID yet", m: machine("n", func(m *likenv1.Machine) { m.Status.Observed.BootID = "" }), node: ready},
 		{name: "no Node: the heartbeat decides", m: machine("n"), node: Node{}},
+		{name: "a leader whose control plane is not ready", m: machine("n", leader, controlPlane(metav1.ConditionFalse)), node: ready, want: true},
+		{name: "a leader whose control plane is ready", m: machine("n", leader, controlPlane(metav1.ConditionTrue)), node: ready},
+		{name: "a leader that reports no control plane (the labs)", m: machine("n", leader), node: ready},
+		{name: "a worker's condition counts for nothing", m: machine("n", controlPlane(metav1.ConditionFalse)), node: ready},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, Unavailable(tc.m, tc.silent, tc.node), tc.want)
 		})
+	}
+}
+
+// controlPlane sets the machine's ControlPlaneReady condition.
+func controlPlane(status metav1.ConditionStatus) func(*likenv1.Machine) {
+	return func(m *likenv1.Machine) {
+		m.Status.Conditions = append(m.Status.Conditions, metav1.Condition{Type: likenv1.ConditionControlPlaneReady, Status: status})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,9 @@ type OS struct {
 	Root string
 	// Run runs a command; nil runs it with os/exec.
 	Run func(ctx context.Context, name string, args ...string) error
+	// Leader is true on a machine that runs the control plane: a
+	// RestartK3s change restarts its components with the node agent.
+	Leader bool
 
 	// stat reads a device's mode; nil is os.Stat. Tests, which run in a
 	// folder with no block devices, replace it.
@@ -245,14 +249,30 @@ func (o *OS) writeRegistries(hosts map[string][]byte) error {
 // that starts next finds it up. Both leave the pods running.
 var AgentUnits = []string{"containerd.service", "kubelet.service"}
 
+// ControlPlaneUnits are a leader's control-plane units, which a RestartK3s
+// change restarts with the node agent (their units order them: etcd, then
+// the API server, then the other two).
+var ControlPlaneUnits = []string{"etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service"}
+
+// RestartUnits are the units a RestartK3s change restarts: the node
+// agent's, and on a leader its control plane's first.
+func (o *OS) RestartUnits() []string {
+	if o.Leader {
+		return append(slices.Clone(ControlPlaneUnits), AgentUnits...)
+	}
+	return AgentUnits
+}
+
 // RestartK3s writes the node agent's configuration, then restarts the
-// agent: containerd and the kubelet, whose pods keep running.
+// agent: containerd and the kubelet, whose pods keep running, and on a
+// leader its control plane, in one systemctl call.
 func (o *OS) RestartK3s(ctx context.Context, cfg Config, _ []Change) error {
 	if err := o.agentFiles(cfg); err != nil {
 		return err
 	}
-	if err := o.run(ctx, "systemctl", append([]string{"restart"}, AgentUnits...)...); err != nil {
-		return fmt.Errorf("restarting the node agent (%s): %w", strings.Join(AgentUnits, ", "), err)
+	units := o.RestartUnits()
+	if err := o.run(ctx, "systemctl", append([]string{"restart"}, units...)...); err != nil {
+		return fmt.Errorf("restarting the node agent (%s): %w", strings.Join(units, ", "), err)
 	}
 	return nil
 }

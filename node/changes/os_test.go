@@ -12,6 +12,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/node/boot"
 )
 
@@ -280,5 +281,30 @@ func TestAgentRegistries(t *testing.T) {
 			assert.Equal(t, string(b), "--max-pods=200\n")
 			assert.Assert(t, len(log.cmds) == 0, "the agent was restarted: %v", log.cmds)
 		})
+	}
+}
+
+// TestRestartK3sOnALeader: on a leader a RestartK3s change restarts its
+// control plane with the node agent, in one systemctl call, and every unit
+// it names is one liken's image has; a worker restarts only the agent.
+func TestRestartK3sOnALeader(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		leader bool
+		want   string
+	}{
+		{false, "systemctl restart containerd.service kubelet.service"},
+		{true, "systemctl restart etcd.service kube-apiserver.service kube-controller-manager.service kube-scheduler.service containerd.service kubelet.service"},
+	} {
+		var log cmdLog
+		o := &OS{Root: t.TempDir(), Run: log.run, stat: blockDeviceStat, Leader: tc.leader}
+		assert.NilError(t, o.RestartK3s(ctx, base(), nil))
+		assert.DeepEqual(t, log.cmds, []string{tc.want})
+	}
+	repo, err := srctree.Find()
+	assert.NilError(t, err)
+	for _, u := range (&OS{Leader: true}).RestartUnits() {
+		_, err := os.Stat(filepath.Join(repo, "image", "build", "rootfs", "etc", "systemd", "system", u))
+		assert.NilError(t, err, "liken's image has no unit %s", u)
 	}
 }

@@ -388,8 +388,26 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 			want = append(want, b.name+"="+b.peerURL)
 		}
 		assert.DeepEqual(t, members(d.InitialCluster), members(strings.Join(append(want, l.name+"="+l.peerURL), ",")))
+		// A learner's control plane is not healthy, whatever its API
+		// server says: it does not count for quorum.
+		api, apiReady := apiStub(t, l.setupDir)
+		apiReady.Store(true)
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			err := l.health(api).Check(ctx)
+			if err == nil {
+				return poll.Error(fmt.Errorf("%s is healthy as a learner", l.name))
+			}
+			if !strings.Contains(err.Error(), "this leader's etcd member is a learner: liken-control-plane-init promotes it") {
+				return poll.Continue("%v", err) // not started yet
+			}
+			return poll.Success()
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
 		f.promote(ctx, t, l)
 		ids = f.waitVoters(ctx, t, append(before, l)...)
+		assert.NilError(t, l.health(api).Check(ctx))
+		// A voter whose API server is not ready is not healthy either.
+		apiReady.Store(false)
+		assert.ErrorContains(t, l.health(api).Check(ctx), "this leader's API server is not ready: "+api+"/readyz answered 500 Internal Server Error: etcd failed: reason withheld")
 	}
 	step("the second leader joins as a learner and is promoted", func(t *testing.T) {
 		join(t, l2, l1)
@@ -401,6 +419,9 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 	step("a leader loses power and boots with its data, changing no member", func(t *testing.T) {
 		before := byID(f.list(ctx, t))
 		l2.kill()
+		api, apiReady := apiStub(t, l2.setupDir)
+		apiReady.Store(true)
+		assert.ErrorContains(t, l2.health(api).Check(ctx), "this leader's etcd member does not answer")
 		d, waited := f.boot(ctx, t, l2, false)
 		assert.Equal(t, d.Action, StartWithData, d.Reason)
 		assert.Equal(t, waited, time.Duration(0))
@@ -415,6 +436,7 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		members, err := f.etcd.MemberList(ctx, l2.clientURL)
 		assert.NilError(t, err, "l2 votes again and answers at its own URL")
 		assert.DeepEqual(t, byID(members), before)
+		assert.NilError(t, l2.health(api).Check(ctx))
 	})
 
 	step("a re-installed leader replaces its member", func(t *testing.T) {
@@ -445,8 +467,17 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 			}
 			return poll.Success()
 		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
-		pending, _, err := f.etcd.MemberAdd(ctx, l1.clientURL, l3.peerURL, true)
-		assert.NilError(t, err)
+		// etcd refuses a change of membership for a moment after the one
+		// before ("member not found", "unhealthy cluster"), as Start finds.
+		var pending Member
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			m, _, err := f.etcd.MemberAdd(ctx, l1.clientURL, l3.peerURL, true)
+			if err != nil {
+				return poll.Continue("%v", err)
+			}
+			pending = m
+			return poll.Success()
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
 		before := byID(f.list(ctx, t))
 
 		// A fourth leader, new to the fleet, with no data.

@@ -102,6 +102,9 @@ type Daemon struct {
 	// k3sWaitingFor says what a RestartK3s turn waits for after the
 	// restart.
 	k3sWaitingFor string
+	// controlPlaneErr is what the last reconcile found wrong with a
+	// leader's own control plane (nil: healthy, or no control plane).
+	controlPlaneErr error
 
 	trialTimer          clock.Timer
 	trialWaitingFor     string

@@ -108,6 +108,14 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 		v.requeue(d.t.APIRetry)
 		return
 	}
+	// A leader's control plane restarted with the node agent: the turn
+	// ends only once it is back, or the next leader's turn could take a
+	// second member of the datastore down.
+	if err := d.controlPlaneHealthy(ctx); err != nil {
+		d.k3sWaitingFor = err.Error()
+		v.requeue(d.t.APIRetry)
+		return
+	}
 	if err := d.update(func(st *diskState) { st.Turn = nil }); err != nil {
 		log.Error(err, "Ending the leader turn")
 		return

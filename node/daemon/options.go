@@ -177,6 +177,13 @@ func (t *Timing) defaults() {
 	set(&t.Stuck, 10*time.Minute)
 }
 
+// ControlPlaneHealth checks a leader's own control plane
+// (node/controlplane Health): nil when healthy, else an error that says
+// what is not, for the Machine's status.
+type ControlPlaneHealth interface {
+	Check(ctx context.Context) error
+}
+
 // Options configure a Daemon.
 type Options struct {
 	// Machine is the Machine (and Node) name.
@@ -204,6 +211,12 @@ type Options struct {
 	// while the trial is under way and disarms it only when the trial
 	// commits (docs/design/boot.md, "The trial watchdog").
 	Watchdog watchdog.Watchdog
+	// ControlPlane checks this leader's own control plane (etcd member and
+	// API server); nil on a machine that runs none. The kubelet reaches the
+	// API through the Cluster's endpoint, so its Ready Node says nothing
+	// about them: a leader's trial commits, and its RestartK3s turn ends,
+	// only once ControlPlane reports healthy.
+	ControlPlane ControlPlaneHealth
 	// HTTPClient downloads releases; nil uses a client with sane timeouts.
 	HTTPClient *http.Client
 	// Clock is the daemon's clock; nil is the real one.

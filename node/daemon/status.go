@@ -166,6 +166,15 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	case v.downloading:
 		set(likenv1.ConditionReleaseVerified, metav1.ConditionUnknown, "Downloading", fmt.Sprintf("downloading release %s", v.target.Version))
 	}
+	// ControlPlaneReady, on a leader only.
+	if d.o.ControlPlane != nil {
+		if err := d.controlPlaneErr; err != nil {
+			set(likenv1.ConditionControlPlaneReady, metav1.ConditionFalse, ReasonControlPlaneNotReady,
+				err.Error()+"; cluster-operator counts this leader as down, so no other leader takes a turn. On the machine, journalctl -u etcd -u kube-apiserver says more")
+		} else {
+			set(likenv1.ConditionControlPlaneReady, metav1.ConditionTrue, ReasonControlPlaneReady, "this leader's etcd member votes and is healthy, and its API server is ready")
+		}
+	}
 	// ConfigApplied.
 	if d.configErr != nil {
 		set(ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, d.configErr.Error()+"; correct the value in the Machine or Cluster, liken retries")

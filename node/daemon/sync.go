@@ -42,6 +42,12 @@ const (
 	ReasonTrialFailed       = likenv1.ReasonTrialFailed
 )
 
+// Reasons of a leader's ControlPlaneReady condition.
+const (
+	ReasonControlPlaneReady    = "Healthy"
+	ReasonControlPlaneNotReady = "NotHealthy"
+)
+
 // ConditionConfigApplied on a Machine: every Live and RestartK3s change is
 // applied (on a leader, a RestartK3s change may wait for its leader turn);
 // the message lists what waits for the next boot or the turn.
@@ -131,6 +137,12 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 	if err := d.syncCordon(ctx, v); err != nil {
 		return 0, err
 	}
+	// A leader's ControlPlaneReady, read at every reconcile (Resync at
+	// rest), and sooner while it is not ready.
+	d.controlPlaneErr = d.controlPlaneHealthy(ctx)
+	if d.controlPlaneErr != nil {
+		v.requeue(d.t.APIRetry)
+	}
 	if err := d.writeStatus(ctx, v); err != nil {
 		return 0, err
 	}
@@ -148,6 +160,11 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 				d.trialWaitingFor = why
 				break
 			}
+			if err := d.controlPlaneHealthy(ctx); err != nil {
+				d.trialWaitingFor = err.Error()
+				v.requeue(d.t.APIRetry)
+				break
+			}
 			if err := d.commitTrial(ctx, m, c); err != nil {
 				return 0, err
 			}
@@ -155,6 +172,15 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	return v.after, nil
+}
+
+// controlPlaneHealthy checks a leader's own control plane; nil on a
+// machine that runs none.
+func (d *Daemon) controlPlaneHealthy(ctx context.Context) error {
+	if d.o.ControlPlane == nil {
+		return nil
+	}
+	return d.o.ControlPlane.Check(ctx)
 }
 
 // writeAgain reports at once what just changed (after a commit).

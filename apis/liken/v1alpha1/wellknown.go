@@ -72,6 +72,10 @@ const (
 	// ConditionReleaseVerified on a Machine: the last download verified, or
 	// why it did not.
 	ConditionReleaseVerified = "ReleaseVerified"
+	// ConditionControlPlaneReady on a leader's Machine: its own etcd member
+	// votes and is healthy, and its API server is ready. cluster-operator
+	// counts a leader whose condition is False as down.
+	ConditionControlPlaneReady = "ControlPlaneReady"
 )
 
 // Condition reasons.

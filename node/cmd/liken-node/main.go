@@ -24,6 +24,7 @@ import (
 	"liken.sh/liken/internal/sdnotify"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
+	"liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/join"
 	"liken.sh/liken/node/watchdog"
@@ -171,6 +172,14 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 	case "os":
 		a := &changes.OS{Root: "/"}
 		o.Applier, o.Observer = a, a
+		// A leader (liken install wrote leader/config.yaml on its layer
+		// partition) runs the control plane: its trial and its RestartK3s
+		// turn wait for it, and RestartK3s restarts it.
+		if _, err := os.Stat(filepath.Join(controlplane.LeaderDir, controlplane.ConfigFile)); err == nil {
+			a.Leader = true
+			o.ControlPlane = &controlplane.Health{Machine: f.machine, SetupDir: controlplane.SetupDir}
+			log.Info("This machine is a leader: its trial and its RestartK3s turn wait for its own control plane")
+		}
 	case "record":
 		r := changes.NewRecorder(filepath.Join(f.root, "applier.log"))
 		o.Applier, o.Observer = &labKubelet{Recorder: r, kube: kube, node: f.machine, bootID: bi.BootID}, r

@@ -1,0 +1,144 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Health checks this leader's own control plane, the way its trial and its
+// RestartK3s turn need it checked: the kubelet reaches the API through the
+// Cluster's endpoint, so a Ready Node proves nothing about the leader's own
+// member or API server (docs/design/controlplane.md, "Trials and turns on a
+// leader").
+type Health struct {
+	// Machine is this leader's name, its etcd member's name.
+	Machine string
+	// SetupDir holds the certificates Setup made (SetupDir on a machine).
+	SetupDir string
+	// Etcd is this leader's etcd member's client URL (LocalEtcd when empty).
+	Etcd string
+	// APIServer is this leader's API server (LocalAPIServer when empty).
+	APIServer string
+	// Timeout bounds each request (2 s when zero).
+	Timeout time.Duration
+}
+
+// Check returns nil when this leader's control plane is healthy: its etcd
+// member is a voter (a learner does not count for quorum) and healthy, and
+// its API server's /readyz answers 200. Otherwise the error says the first
+// thing that is not, for the Machine's status and its events.
+func (h *Health) Check(ctx context.Context) error {
+	timeout := h.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Second
+	}
+	etcdURL, apiURL := h.Etcd, h.APIServer
+	if etcdURL == "" {
+		etcdURL = LocalEtcd
+	}
+	if apiURL == "" {
+		apiURL = LocalAPIServer
+	}
+	// Read at every check: setup writes them at every boot, maybe after
+	// liken-node started.
+	f := files(h.SetupDir)
+	etcd, err := NewEtcdClientFromFiles(f(NodeEtcdClient.Cert()), f(NodeEtcdClient.Key()), f(EtcdServerCA.Cert()))
+	if err != nil {
+		return fmt.Errorf("the control plane's certificates are not ready (liken-control-plane-setup.service makes them at boot): %w", err)
+	}
+	etcd.Timeout = timeout
+	members, err := etcd.MemberList(ctx, etcdURL)
+	if err != nil && strings.Contains(err.Error(), errLearner) {
+		return errors.New("this leader's etcd member is a learner: liken-control-plane-init promotes it once it has caught up")
+	}
+	if err != nil {
+		return fmt.Errorf("this leader's etcd member does not answer: %w", err)
+	}
+	var self *Member
+	for i := range members {
+		if members[i].Name == h.Machine {
+			self = &members[i]
+		}
+	}
+	switch {
+	case self == nil:
+		return fmt.Errorf("this leader is not among the datastore's members yet (%s)", memberNames(members))
+	case self.IsLearner:
+		return errors.New("this leader's etcd member is a learner: liken-control-plane-init promotes it once it has caught up")
+	}
+	if _, err := etcd.Health(ctx, etcdURL); err != nil {
+		return fmt.Errorf("this leader's etcd member is not healthy: %w", err)
+	}
+	caPEM, err := os.ReadFile(f(ServerCA.Cert()))
+	if err != nil {
+		return fmt.Errorf("the control plane's certificates are not ready: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("%s holds no PEM certificate", filepath.Join(h.SetupDir, ServerCA.Cert()))
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	tr.Proxy = nil
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := strings.TrimSuffix(apiURL, "/") + "/readyz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return fmt.Errorf("this leader's API server does not answer: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
+		return fmt.Errorf("this leader's API server is not ready: %s answered %s: %s", u, resp.Status, failedChecks(body))
+	}
+	return nil
+}
+
+// errLearner is etcd's answer to a learner asked for anything but its
+// status (etcd v3.7.0).
+const errLearner = "rpc not supported for learner"
+
+func memberNames(ms []Member) string {
+	if len(ms) == 0 {
+		return "none listed"
+	}
+	var names []string
+	for _, m := range ms {
+		n := m.Name
+		if n == "" {
+			n = fmt.Sprintf("%x (not started)", m.ID)
+		}
+		names = append(names, n)
+	}
+	return "members: " + strings.Join(names, ", ")
+}
+
+// failedChecks keeps the lines of a /readyz answer that name a failed
+// check ("[-]etcd failed: ..."), or the answer's start.
+func failedChecks(body []byte) string {
+	var failed []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "[-]") {
+			failed = append(failed, strings.TrimPrefix(l, "[-]"))
+		}
+	}
+	if len(failed) > 0 {
+		return strings.Join(failed, "; ")
+	}
+	return snippet(body)
+}
