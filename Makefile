@@ -66,6 +66,10 @@ test: verify build image ## Every test: unit, fuzz smoke, e2e on the real contro
 test-vm: build image ## The virtual machine scenarios make test leaves out: three machines upgrading, a hung trial, power losses, a kubelet that never starts, a leader running its own control plane, liken lab up --vm.
 	LIKEN_BIN=$(BIN) LIKEN_VM_MACHINES=3 $(GO) test -count=1 -p 1 -timeout 120m -tags vmfaults -v ./e2e/vm/
 
+.PHONY: test-vm-leaders
+test-vm-leaders: build image ## Three leaders running their own datastore behind one endpoint, one losing power: needs more than 2 host cores (docs/design/controlplane.md).
+	LIKEN_BIN=$(BIN) $(GO) test -count=1 -p 1 -timeout 90m -tags vmleaders -run TestThreeLeadersKeepTheirQuorum -v ./e2e/vm/
+
 .PHONY: bench
 bench: build ## Benchmarks; figures go to docs/benchmarks.md.
 	@# One package at a time (-p 1): two at once on 2 cores would measure

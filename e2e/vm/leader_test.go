@@ -6,11 +6,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,15 +16,11 @@ import (
 	"gotest.tools/v3/poll"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/install"
-	"liken.sh/liken/cli/layer"
-	"liken.sh/liken/generated/clientset/versioned"
-	"liken.sh/liken/internal/pki"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/internal/qemu"
-	"liken.sh/liken/internal/srctree"
 )
 
 // TestLeaderServesItsOwnControlPlane: a Leader installed with leader/ on
@@ -34,7 +28,9 @@ import (
 // scheduler from liken's image, bootstraps a one-member datastore, and
 // its own kubelet and liken-node join through it (the Cluster's endpoint
 // is the leader itself). What was written survives a power cut: etcd's
-// data is on the slot store.
+// data is on the slot store. A RestartK3s change restarts its control
+// plane with the node agent, and an upgrade's trial commits on its own
+// control plane, the datastore kept.
 func TestLeaderServesItsOwnControlPlane(t *testing.T) {
 	l := newLab(t)
 	ctx := context.Background()
@@ -56,14 +52,7 @@ kind: Machine
 metadata: {name: vm-1}
 spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 `, r1.Version, l.source, r1.Version, r1.Digest)
-	fleetFile := filepath.Join(l.dir, "fleet.yaml")
-	assert.NilError(t, os.WriteFile(fleetFile, []byte(docs), 0o644))
-	parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
-	assert.Assert(t, len(errs) == 0, "%v", errs)
-	cluster, ms, errs := layer.CheckFleet(parsed)
-	assert.Assert(t, len(errs) == 0, "%v", errs)
-	layerFile := filepath.Join(l.dir, "layer.tgz")
-	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity}).WriteFile(layerFile, true))
+	fleetFile, layerFile := l.selfHostedLayer(docs)
 
 	m := &vm{l: l, name: "vm-1", disk: filepath.Join(l.dir, "vm-1.img")}
 	_, err := install.Install(ctx, install.Options{
@@ -76,20 +65,8 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 	// as an administrator with a certificate of the cluster's client CA.
 	port := freePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
-	clientCA, err := pki.ParseCA(l.identity.Files["client-ca.crt"], l.identity.Files["client-ca.key"])
-	assert.NilError(t, err)
-	admin, err := clientCA.Issue(pki.Request{CommonName: "liken-e2e-admin", Organizations: []string{"system:masters"}, Usage: pki.ClientAuth, Now: time.Now(), Validity: time.Hour})
-	assert.NilError(t, err)
-	kubeconfig := filepath.Join(l.dir, "admin.kubeconfig")
-	assert.NilError(t, pki.WriteKubeconfig(kubeconfig, pki.Kubeconfig{Server: server, CA: l.identity.Files["server-ca.crt"], Client: admin}))
-	keyPEM, err := admin.KeyPEM()
-	assert.NilError(t, err)
-	cfg := &rest.Config{Host: server, Timeout: 10 * time.Second, TLSClientConfig: rest.TLSClientConfig{
-		CAData: l.identity.Files["server-ca.crt"], CertData: admin.CertPEM(), KeyData: keyPEM}}
-	kube, err := kubernetes.NewForConfig(cfg)
-	assert.NilError(t, err)
-	liken, err := versioned.NewForConfig(cfg)
-	assert.NilError(t, err)
+	a := newAdmin(t, l, server)
+	kube, liken, kubeconfig := a.kube, a.liken, a.kubeconfig
 
 	powerOn := func() {
 		m.boots++
@@ -126,39 +103,11 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 
 	powerOn()
 	t.Logf("vm-1: its API server ready %s after power on", apiReady().Round(time.Second))
-	repo, err := srctree.Find()
-	assert.NilError(t, err)
-	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := l.cp.KubectlAs(ctx, kubeconfig, "apply", "--server-side", "-f", filepath.Join(repo, "manifests", f))
-		assert.NilError(t, err, out)
-	}
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		// The CRDs take a moment to be served.
-		if _, err := l.cp.KubectlAs(ctx, kubeconfig, "apply", "--server-side", "-f", fleetFile); err != nil {
-			return poll.Continue("the fleet's documents: %v", err)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(time.Minute), poll.WithDelay(2*time.Second))
+	a.apply(t, l, fleetFile)
 
 	// The join token's Secret was made by liken-control-plane-init, so the
 	// leader's kubelet joins its own API server through TLS bootstrap.
-	nodeReady := func(bootID string) {
-		poll.WaitOn(t, func(poll.LogT) poll.Result {
-			n, err := kube.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{})
-			if err != nil {
-				return poll.Continue("Node vm-1: %v", err)
-			}
-			if bootID != "" && n.Status.NodeInfo.BootID == bootID {
-				return poll.Continue("Node vm-1 still shows the boot before the power cut")
-			}
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-					return poll.Success()
-				}
-			}
-			return poll.Continue("Node vm-1 is not Ready")
-		}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
-	}
+	nodeReady := func(bootID string) { a.nodeReady(t, m, bootID, 10*time.Minute) }
 	nodeReady("")
 	t.Logf("vm-1: Node Ready on its own API server %s after power on", time.Since(m.qemu.Started).Round(time.Second))
 	machineOn := func() {
@@ -192,11 +141,106 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 	nodeReady(bootID)
 	machineOn()
 	t.Logf("vm-1: Node Ready again %s after power on", time.Since(m.qemu.Started).Round(time.Second))
-}
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// cluster-operator grants the turns through the leader's own API
+	// server. It exits when it loses its lease, as it may while the only
+	// API server restarts; a new copy takes over.
+	var op *fleetsim.Operator
+	operator := func() {
+		if op == nil || op.Exited() {
+			op = fleetsim.RunOperator(t, l.cp, fleetsim.OperatorOptions{ID: fmt.Sprintf("op-%d", time.Now().Unix()), Kubeconfig: kubeconfig, Verbosity: 2, Flags: []string{"--startup-grace", "2s"}})
+		}
+	}
+	operator()
+
+	// A RestartK3s change: in the leader's turn its control plane restarts
+	// with the node agent (the API server's identity Lease gets a new
+	// holder, one per process), with no reboot, and the turn ends once it
+	// is healthy again.
+	identities := func() (map[string]bool, error) {
+		ls, err := kube.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "apiserver.kubernetes.io/identity=kube-apiserver"})
+		if err != nil {
+			return nil, err
+		}
+		ids := map[string]bool{}
+		for _, l := range ls.Items {
+			if l.Spec.HolderIdentity != nil {
+				ids[*l.Spec.HolderIdentity] = true
+			}
+		}
+		return ids, nil
+	}
+	before, err := identities()
 	assert.NilError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	n, err = kube.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	bootID = n.Status.NodeInfo.BootID
+	c, err := liken.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
+	assert.NilError(t, err)
+	c.Spec.Settings.K3sArgs = []string{"--max-pods=150"}
+	_, err = liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	began := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		operator()
+		n, err := kube.CoreV1().Nodes().Get(ctx, "vm-1", metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("Node vm-1: %v", err)
+		}
+		if n.Status.NodeInfo.BootID != bootID {
+			return poll.Error(fmt.Errorf("vm-1 rebooted for a change of its node agent's settings"))
+		}
+		if got := n.Status.Allocatable.Pods().String(); got != "150" {
+			return poll.Continue("Node vm-1 allows %s pods", got)
+		}
+		got, err := liken.LikenV1alpha1().Machines().Get(ctx, "vm-1", metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("Machine vm-1: %v", err)
+		}
+		if got.Status.Phase != likenv1.MachineReady || len(got.Status.Pending) > 0 {
+			return poll.Continue("Machine vm-1: %s, pending %v", got.Status.Phase, got.Status.Pending)
+		}
+		ids, err := identities()
+		if err != nil {
+			return poll.Continue("the API servers' identity Leases: %v", err)
+		}
+		for id := range ids {
+			if !before[id] {
+				return poll.Success()
+			}
+		}
+		return poll.Continue("no new API server identity: the control plane was not restarted (holders %v)", ids)
+	}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
+	t.Logf("vm-1: RestartK3s on the leader, its control plane restarted with the node agent, Ready again %s after the edit", time.Since(began).Round(time.Second))
+
+	// An upgrade: the leader's trial commits only once its own control
+	// plane (its etcd member a healthy voter, its API server ready) is
+	// back on the new slot.
+	r2 := l.variant("2026.12.01-002", nil)
+	c, err = liken.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
+	assert.NilError(t, err)
+	c.Spec.Releases.Catalog = append(c.Spec.Releases.Catalog, likenv1.CatalogEntry{Version: r2.Version, Digest: r2.Digest})
+	c.Spec.Version = r2.Version
+	_, err = liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	began = time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		operator()
+		if exited, err := m.qemu.Exited(); exited {
+			return poll.Error(fmt.Errorf("the virtual machine stopped: %v", err))
+		}
+		got, err := liken.LikenV1alpha1().Machines().Get(ctx, "vm-1", metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("Machine vm-1: %v", err)
+		}
+		st := got.Status
+		if st.Version != r2.Version || st.Slot != "B" || st.Phase != likenv1.MachineReady {
+			return poll.Continue("vm-1: %s on %q from slot %q, staged %q", st.Phase, st.Version, st.Slot, st.Staged)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(15*time.Minute), poll.WithDelay(2*time.Second))
+	t.Logf("vm-1: the leader upgraded to %s on slot B, its trial committed on its own control plane, %s after the edit", r2.Version, time.Since(began).Round(time.Second))
+	got, err = kube.CoreV1().ConfigMaps("default").Get(ctx, "before-power-cut", metav1.GetOptions{})
+	assert.NilError(t, err, "the datastore lost what it held before the upgrade")
+	assert.Equal(t, got.Data["written"], "before")
 }

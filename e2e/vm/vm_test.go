@@ -160,6 +160,8 @@ type vm struct {
 	log   string
 	qemu  *boote2e.VM
 	boots int
+	// hw is the machine's hardware; nil takes the lab's (clilab.VMHardware).
+	hw *qemu.Hardware
 }
 
 // install writes the machine's disk with liken install, from the release
@@ -182,7 +184,11 @@ func (l *lab) install(name, layerFile string, rel *clirelease.Result) *vm {
 func (m *vm) powerOn() {
 	m.boots++
 	m.log = filepath.Join(m.l.dir, fmt.Sprintf("%s-console-%d.log", m.name, m.boots))
-	q, err := m.l.kit.Start(m.disk, m.log, clilab.VMHardware(m.l.machines))
+	hw := clilab.VMHardware(m.l.machines)
+	if m.hw != nil {
+		hw = *m.hw
+	}
+	q, err := m.l.kit.Start(m.disk, m.log, hw)
 	assert.NilError(m.l.t, err)
 	m.qemu = q
 	m.l.t.Cleanup(func() {

@@ -1,0 +1,136 @@
+//go:build vmfaults || vmleaders
+
+package vme2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/generated/clientset/versioned"
+	"liken.sh/liken/internal/pki"
+	"liken.sh/liken/internal/srctree"
+)
+
+// The helpers of the scenarios whose leaders run their own control plane
+// from liken's image (leader/ on their disks).
+
+// admin is the host's administrator of a self-hosted control plane: a
+// certificate of the cluster's client CA in system:masters, for the API
+// at server.
+type admin struct {
+	kubeconfig string
+	kube       kubernetes.Interface
+	liken      versioned.Interface
+}
+
+func newAdmin(t *testing.T, l *lab, server string) *admin {
+	t.Helper()
+	clientCA, err := pki.ParseCA(l.identity.Files["client-ca.crt"], l.identity.Files["client-ca.key"])
+	assert.NilError(t, err)
+	cert, err := clientCA.Issue(pki.Request{CommonName: "liken-e2e-admin", Organizations: []string{"system:masters"}, Usage: pki.ClientAuth, Now: time.Now(), Validity: 2 * time.Hour})
+	assert.NilError(t, err)
+	a := &admin{kubeconfig: filepath.Join(l.dir, "admin.kubeconfig")}
+	assert.NilError(t, pki.WriteKubeconfig(a.kubeconfig, pki.Kubeconfig{Server: server, CA: l.identity.Files["server-ca.crt"], Client: cert}))
+	keyPEM, err := cert.KeyPEM()
+	assert.NilError(t, err)
+	cfg := &rest.Config{Host: server, Timeout: 10 * time.Second, TLSClientConfig: rest.TLSClientConfig{
+		CAData: l.identity.Files["server-ca.crt"], CertData: cert.CertPEM(), KeyData: keyPEM}}
+	a.kube, err = kubernetes.NewForConfig(cfg)
+	assert.NilError(t, err)
+	a.liken, err = versioned.NewForConfig(cfg)
+	assert.NilError(t, err)
+	return a
+}
+
+// apply applies liken's manifests but cluster-operator's Deployment, then
+// the fleet's documents once the CRDs are served.
+func (a *admin) apply(t *testing.T, l *lab, fleetFile string) {
+	t.Helper()
+	ctx := context.Background()
+	repo, err := srctree.Find()
+	assert.NilError(t, err)
+	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
+		out, err := l.cp.KubectlAs(ctx, a.kubeconfig, "apply", "--server-side", "-f", filepath.Join(repo, "manifests", f))
+		assert.NilError(t, err, out)
+	}
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if _, err := l.cp.KubectlAs(ctx, a.kubeconfig, "apply", "--server-side", "-f", fleetFile); err != nil {
+			return poll.Continue("the fleet's documents: %v", err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(2*time.Second))
+}
+
+// selfHostedLayer writes the fleet's documents and their layer, whose
+// Leaders liken install gives their control plane (leader/). It returns
+// both files' paths.
+func (l *lab) selfHostedLayer(docs string) (fleetFile, layerFile string) {
+	l.t.Helper()
+	fleetFile = filepath.Join(l.dir, "fleet.yaml")
+	assert.NilError(l.t, os.WriteFile(fleetFile, []byte(docs), 0o644))
+	parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
+	assert.Assert(l.t, len(errs) == 0, "%v", errs)
+	cluster, ms, errs := layer.CheckFleet(parsed)
+	assert.Assert(l.t, len(errs) == 0, "%v", errs)
+	layerFile = filepath.Join(l.dir, "layer.tgz")
+	assert.NilError(l.t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity}).WriteFile(layerFile, true))
+	return fleetFile, layerFile
+}
+
+// nodeReady waits until the Node of m is Ready with a boot ID other than
+// notBoot (empty: any).
+func (a *admin) nodeReady(t *testing.T, m *vm, notBoot string, timeout time.Duration) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if exited, err := m.qemu.Exited(); exited {
+			return poll.Error(fmt.Errorf("%s stopped: %v", m.name, err))
+		}
+		n, err := a.kube.CoreV1().Nodes().Get(context.Background(), m.name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("Node %s: %v", m.name, err)
+		}
+		if notBoot != "" && n.Status.NodeInfo.BootID == notBoot {
+			return poll.Continue("Node %s still shows the boot before", m.name)
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return poll.Success()
+			}
+		}
+		return poll.Continue("Node %s is not Ready", m.name)
+	}, poll.WithTimeout(timeout), poll.WithDelay(2*time.Second))
+}
+
+// freePorts returns n distinct free ports of the host's loopback.
+func freePorts(t *testing.T, n int) []int {
+	seen := map[int]bool{}
+	var ports []int
+	for len(ports) < n {
+		if p := freePort(t); !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
