@@ -111,7 +111,7 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 	// A leader's control plane restarted with the node agent: the turn
 	// ends only once it is back, or the next leader's turn could take a
 	// second member of the datastore down.
-	if err := d.controlPlaneHealthy(ctx); err != nil {
+	if err := d.controlPlaneErr; err != nil {
 		d.k3sWaitingFor = err.Error()
 		v.requeue(d.t.APIRetry)
 		return

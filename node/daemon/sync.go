@@ -128,6 +128,15 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 	}
 	v := &view{m: m, c: c, node: node, now: d.clock.Now()}
 	v.requeue(d.t.Resync)
+	// A leader's own control plane, checked once per reconcile (Resync at
+	// rest, sooner while it is not ready): ControlPlaneReady, the trial's
+	// commit and the end of a RestartK3s turn all read this one answer. A
+	// restart of the control plane in this reconcile cannot end its turn
+	// on it: the turn also needs a Node heartbeat from after the restart.
+	d.controlPlaneErr = d.controlPlaneHealthy(ctx)
+	if d.controlPlaneErr != nil {
+		v.requeue(d.t.APIRetry)
+	}
 
 	d.syncConfig(ctx, v)
 	d.syncRelease(ctx, v)
@@ -136,12 +145,6 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 	d.syncTurn(ctx, v)
 	if err := d.syncCordon(ctx, v); err != nil {
 		return 0, err
-	}
-	// A leader's ControlPlaneReady, read at every reconcile (Resync at
-	// rest), and sooner while it is not ready.
-	d.controlPlaneErr = d.controlPlaneHealthy(ctx)
-	if d.controlPlaneErr != nil {
-		v.requeue(d.t.APIRetry)
 	}
 	if err := d.writeStatus(ctx, v); err != nil {
 		return 0, err
@@ -160,7 +163,7 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 				d.trialWaitingFor = why
 				break
 			}
-			if err := d.controlPlaneHealthy(ctx); err != nil {
+			if err := d.controlPlaneErr; err != nil {
 				d.trialWaitingFor = err.Error()
 				v.requeue(d.t.APIRetry)
 				break
