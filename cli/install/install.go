@@ -524,7 +524,7 @@ func BootstrapKubeconfig(lay *layer.Layer) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	server := layer.EndpointURL(lay.Cluster.Cluster.Spec.Network.Endpoint)
+	server := lay.Cluster.Cluster.Spec.Network.EndpointURL()
 	return clientcmd.Write(join.BootstrapKubeconfig(server, lay.Identity.Files["server-ca.crt"], id+"."+secret))
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,28 +32,6 @@ var reachURLs = []reachURL{
 // or annotations is reached: by itself alone.
 const soleLeaderHost = "127.0.0.1"
 
-// EndpointURL is the Cluster's spec.network.endpoint as an https URL with a
-// port: host:port becomes https://host:port, a URL without a port gets its
-// scheme's (443 for https), and a lone trailing / goes. Anything else is
-// left for controlplane.Config.Validate to judge.
-func EndpointURL(endpoint string) string {
-	s := endpoint
-	if !strings.Contains(s, "://") {
-		s = "https://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil || u.Hostname() == "" {
-		return s
-	}
-	if u.Port() == "" && u.Scheme == "https" && !strings.HasSuffix(u.Host, ":") {
-		u.Host = net.JoinHostPort(u.Hostname(), "443")
-	}
-	if u.Path == "/" {
-		u.Path = ""
-	}
-	return u.String()
-}
-
 // ControlPlaneConfig is the named Leader's control plane configuration,
 // which liken install writes as leader/config.yaml on its disk: see
 // LeaderConfig. It fails for a Worker or a machine the layer lacks.
@@ -75,7 +52,7 @@ func (l *Layer) ControlPlaneConfig(machine string) (controlplane.Config, error) 
 
 // LeaderConfig derives a leader's control plane configuration from its
 // Cluster and the Cluster's Machines: the machine's name; the endpoint
-// (EndpointURL); the service range (spec.network.serviceCIDR or its
+// (NetworkSpec.EndpointURL); the service range (spec.network.serviceCIDR or its
 // default); the first Leader by name, which bootstraps a new datastore; and
 // every Leader with its reach URLs. Each reach URL is the Leader's
 // annotation (v1alpha1.AnnotationAPIServerURL, AnnotationEtcdClientURL,
@@ -133,7 +110,7 @@ func deriveConfig(cluster *v1alpha1.Cluster, machines []*v1alpha1.Machine, machi
 	slices.SortFunc(leaders, func(a, b *v1alpha1.Machine) int { return strings.Compare(a.Name, b.Name) })
 	cfg := controlplane.Config{
 		Machine:     machine,
-		Endpoint:    EndpointURL(cluster.Spec.Network.Endpoint),
+		Endpoint:    cluster.Spec.Network.EndpointURL(),
 		ServiceCIDR: cluster.Spec.Network.ServiceCIDROrDefault(),
 	}
 	if len(leaders) > 0 {

@@ -283,17 +283,3 @@ func TestPackAcceptsReachableLeaders(t *testing.T) {
 		})
 	}
 }
-
-func TestEndpointURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"10.0.2.2:7443":                 "https://10.0.2.2:7443",
-		"https://10.0.2.2:7443":         "https://10.0.2.2:7443",
-		"https://api.example.com":       "https://api.example.com:443",
-		"https://api.example.com:6443/": "https://api.example.com:6443",
-		"[fd00::1]:6443":                "https://[fd00::1]:6443",
-		"http://api.example.com:80":     "http://api.example.com:80",
-		"https://api.example.com:":      "https://api.example.com:",
-	} {
-		assert.Check(t, is.Equal(EndpointURL(in), want), in)
-	}
-}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -28,8 +29,9 @@ import (
 
 // OS applies changes to the running operating system: sysctls and NTP
 // live, the node agent's configuration with a restart of the agent, and, at boot, kernel
-// modules, network ports, data disks and the console banner. Every path
-// is under Root so tests can run it in a folder.
+// modules, network ports, data disks, the console banner and the
+// kubernetes Service route (ServiceChain). Every path is under Root so
+// tests can run it in a folder.
 type OS struct {
 	// Root prefixes every path: "/" on a machine.
 	Root string
@@ -42,7 +44,21 @@ type OS struct {
 	// stat reads a device's mode; nil is os.Stat. Tests, which run in a
 	// folder with no block devices, replace it.
 	stat func(string) (fs.FileInfo, error)
+	// lookup resolves a host name to its addresses; nil is
+	// net.DefaultResolver.LookupNetIP. Tests, which must not depend on a
+	// DNS server, replace it.
+	lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
+
+// ServiceChain is liken's nat chain that sends the kubernetes Service
+// (the first address of the service range, port 443) to the Cluster's
+// endpoint. With no kube-proxy on a machine, it is how a pod's in-cluster
+// client reaches the API. PREROUTING (pods) and OUTPUT (host-network
+// processes) jump to it.
+const ServiceChain = "LIKEN-SERVICES"
+
+// serviceJumps are the nat chains that jump to ServiceChain.
+var serviceJumps = []string{"PREROUTING", "OUTPUT"}
 
 // Files the OS applier writes, relative to Root.
 const (
@@ -292,7 +308,10 @@ func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
 
 // Boot loads the kernel modules, writes the network configuration, mounts
 // the data disks (making a filesystem only on a disk that has none),
-// writes the banner, the Live settings and k3s's files.
+// writes the banner, the Live settings and k3s's files, and installs the
+// kubernetes Service route (serviceRoute) last, once the network is
+// configured. Every step can run again: Boot runs at every boot and
+// again after a failed boot apply.
 func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	for _, m := range cfg.KernelModules {
 		if !moduleName.MatchString(m.Name) {
@@ -332,7 +351,96 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	if err := o.ntp(cfg.Settings.NTPServers); err != nil {
 		return err
 	}
-	return o.agentFiles(cfg)
+	if err := o.agentFiles(cfg); err != nil {
+		return err
+	}
+	return o.serviceRoute(ctx, cfg.Network)
+}
+
+// serviceRoute makes ServiceChain hold exactly one DNAT rule, from the
+// first service address's TCP port 443 to the endpoint's address and port
+// (a name resolved now, to its first IPv4 address), and makes PREROUTING
+// and OUTPUT jump to it once. The chain is made when iptables cannot list
+// it, then flushed and refilled; a jump is added only when iptables -C
+// does not find it. IPv4 only.
+func (o *OS) serviceRoute(ctx context.Context, n likenv1.NetworkSpec) error {
+	cidr := n.ServiceCIDROrDefault()
+	svc, err := likenv1.FirstServiceIP(cidr)
+	if err != nil {
+		return fmt.Errorf("the kubernetes Service route: spec.network.serviceCIDR %w", err)
+	}
+	if svc.To4() == nil {
+		return fmt.Errorf("the kubernetes Service route: the service range %s is IPv6, and liken routes the kubernetes Service over IPv4 only; give the Cluster an IPv4 spec.network.serviceCIDR", cidr)
+	}
+	to, err := o.endpointAddr(ctx, n)
+	if err != nil {
+		return fmt.Errorf("the kubernetes Service route: %w", err)
+	}
+	ipt := func(args ...string) error {
+		return o.run(ctx, "iptables", append([]string{"-w", "-t", "nat"}, args...)...)
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("installing the kubernetes Service route (%s:443 → %s): %w", svc, to, err)
+	}
+	// -S fails when the chain does not exist; -N would fail when it does.
+	if ipt("-S", ServiceChain) != nil {
+		if err := ipt("-N", ServiceChain); err != nil {
+			return fail(err)
+		}
+	}
+	if err := ipt("-F", ServiceChain); err != nil {
+		return fail(err)
+	}
+	if err := ipt("-A", ServiceChain, "-d", svc.String()+"/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to.String()); err != nil {
+		return fail(err)
+	}
+	for _, c := range serviceJumps {
+		if ipt("-C", c, "-j", ServiceChain) == nil {
+			continue
+		}
+		if err := ipt("-A", c, "-j", ServiceChain); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+// endpointAddr is the IPv4 address and port of spec.network.endpoint
+// (host:port or URL; an https URL without a port means 443): an IP
+// literal as it is, a name resolved to its first IPv4 address.
+func (o *OS) endpointAddr(ctx context.Context, n likenv1.NetworkSpec) (netip.AddrPort, error) {
+	if n.Endpoint == "" {
+		return netip.AddrPort{}, errors.New("the Cluster's spec.network.endpoint is empty; set it to the API's host:port or URL")
+	}
+	u, err := url.Parse(n.EndpointURL())
+	if err != nil || u.Hostname() == "" {
+		return netip.AddrPort{}, fmt.Errorf("endpoint %q is not host:port or a URL such as https://10.0.0.10:6443; correct the Cluster's spec.network.endpoint", n.Endpoint)
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil || port == 0 {
+		return netip.AddrPort{}, fmt.Errorf("endpoint %q has no port between 1 and 65535; give one in the Cluster's spec.network.endpoint, such as https://10.0.0.10:6443", n.Endpoint)
+	}
+	host := u.Hostname()
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a = a.Unmap(); !a.Is4() {
+			return netip.AddrPort{}, fmt.Errorf("endpoint host %s is an IPv6 address, and liken routes the kubernetes Service over IPv4 only; give the Cluster's spec.network.endpoint an IPv4 address or a name with one", host)
+		}
+		return netip.AddrPortFrom(a, uint16(port)), nil
+	}
+	lookup := o.lookup
+	if lookup == nil {
+		lookup = net.DefaultResolver.LookupNetIP
+	}
+	addrs, err := lookup(ctx, "ip4", host)
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() {
+			return netip.AddrPortFrom(a, uint16(port)), nil
+		}
+	}
+	if err == nil {
+		err = errors.New("no A record")
+	}
+	return netip.AddrPort{}, fmt.Errorf("endpoint host %q resolves to no IPv4 address: %w; check the machine's DNS servers and the name, or give the endpoint as an IPv4 address (IPv6 is not supported)", host, err)
 }
 
 func (o *OS) port(p likenv1.Port) error {

@@ -2,9 +2,13 @@ package changes
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,7 +67,190 @@ func TestOSApplier(t *testing.T) {
 		"networkctl reload",
 		"blkid -p /dev/vdb",
 		"mount -t ext4 /dev/vdb /var/lib/data",
+		"iptables -w -t nat -S LIKEN-SERVICES",
+		"iptables -w -t nat -F LIKEN-SERVICES",
+		"iptables -w -t nat -A LIKEN-SERVICES -d 10.43.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:6443",
+		"iptables -w -t nat -C PREROUTING -j LIKEN-SERVICES",
+		"iptables -w -t nat -C OUTPUT -j LIKEN-SERVICES",
 	})
+}
+
+// fakeNAT is iptables' nat table, as far as the kubernetes Service route
+// uses it: chains of rules, and each command failing where iptables
+// fails, with exit status 1. Other commands succeed.
+type fakeNAT struct {
+	chains map[string][]string
+	cmds   []string // the iptables commands run
+	fail   string   // a command that fails, by its start
+}
+
+func newFakeNAT() *fakeNAT {
+	return &fakeNAT{chains: map[string][]string{"PREROUTING": nil, "OUTPUT": nil, "POSTROUTING": nil}}
+}
+
+func (f *fakeNAT) run(_ context.Context, name string, args ...string) error {
+	if name != "iptables" {
+		return nil
+	}
+	cmd := strings.Join(append([]string{name}, args...), " ")
+	f.cmds = append(f.cmds, cmd)
+	if f.fail != "" && strings.HasPrefix(cmd, f.fail) {
+		return fmt.Errorf("%s: exit status 4: iptables: Resource temporarily unavailable.", cmd)
+	}
+	if len(args) < 5 || args[0] != "-w" || args[1] != "-t" || args[2] != "nat" {
+		return fmt.Errorf("%s: not a command the fake knows", cmd)
+	}
+	op, chain, rule := args[3], args[4], strings.Join(args[5:], " ")
+	rules, exists := f.chains[chain]
+	exit1 := fmt.Errorf("%s: exit status 1", cmd)
+	switch op {
+	case "-S", "-F", "-A", "-C":
+		if !exists {
+			return exit1 // No chain/target/match by that name.
+		}
+	case "-N":
+		if exists {
+			return exit1 // Chain already exists.
+		}
+	default:
+		return fmt.Errorf("%s: not a command the fake knows", cmd)
+	}
+	if target, ok := strings.CutPrefix(rule, "-j "); ok && target != "DNAT" {
+		if _, ok := f.chains[target]; !ok {
+			return exit1 // Couldn't load target.
+		}
+	}
+	switch op {
+	case "-N", "-F":
+		f.chains[chain] = []string{}
+	case "-A":
+		f.chains[chain] = append(rules, rule)
+	case "-C":
+		if !slices.Contains(rules, rule) {
+			return exit1 // Bad rule (does a matching rule exist in that chain?).
+		}
+	}
+	return nil
+}
+
+// sysRoot is a root folder with the /proc/sys folder base's sysctl needs.
+func sysRoot(t *testing.T) string {
+	root := t.TempDir()
+	assert.NilError(t, os.MkdirAll(filepath.Join(root, "proc/sys/vm"), 0o755))
+	return root
+}
+
+// fakeLookup resolves api.example.com to two IPv4 addresses, empty.example.com
+// to none, and nothing else.
+func fakeLookup(_ context.Context, network, host string) ([]netip.Addr, error) {
+	if network != "ip4" {
+		return nil, fmt.Errorf("looked up %s, not ip4", network)
+	}
+	switch host {
+	case "api.example.com":
+		return []netip.Addr{netip.MustParseAddr("10.0.0.20"), netip.MustParseAddr("10.0.0.21")}, nil
+	case "empty.example.com":
+		return nil, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// TestOSBootServiceRoute: Boot sends the first service address's port 443
+// to the endpoint with a chain of liken's own, and a second Boot (every
+// boot, and a retry after a failed one) leaves the same rules, none twice.
+func TestOSBootServiceRoute(t *testing.T) {
+	const (
+		s = "iptables -w -t nat -S LIKEN-SERVICES"
+		n = "iptables -w -t nat -N LIKEN-SERVICES"
+		f = "iptables -w -t nat -F LIKEN-SERVICES"
+	)
+	jumps := []string{
+		"iptables -w -t nat -C PREROUTING -j LIKEN-SERVICES",
+		"iptables -w -t nat -A PREROUTING -j LIKEN-SERVICES",
+		"iptables -w -t nat -C OUTPUT -j LIKEN-SERVICES",
+		"iptables -w -t nat -A OUTPUT -j LIKEN-SERVICES",
+	}
+	checks := []string{jumps[0], jumps[2]}
+	for _, tc := range []struct {
+		name, endpoint, serviceCIDR string
+		rule                        string // the DNAT rule's arguments
+	}{
+		{"an IP endpoint and the default range", "https://10.0.0.10:6443", "",
+			"-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:6443"},
+		{"host:port and the Cluster's range", "10.0.2.2:7443", "10.43.0.0/16",
+			"-d 10.43.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:7443"},
+		{"a URL without a port", "https://10.0.0.10", "10.96.0.0/12",
+			"-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:443"},
+		{"a name, to its first IPv4 address", "https://api.example.com:6443/", "",
+			"-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.20:6443"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nat := newFakeNAT()
+			o := &OS{Root: sysRoot(t), Run: nat.run, stat: blockDeviceStat, lookup: fakeLookup}
+			cfg := base()
+			cfg.Network.Endpoint, cfg.Network.ServiceCIDR = tc.endpoint, tc.serviceCIDR
+			add := "iptables -w -t nat -A LIKEN-SERVICES " + tc.rule
+			want := map[string][]string{"LIKEN-SERVICES": {tc.rule}, "PREROUTING": {"-j LIKEN-SERVICES"}, "OUTPUT": {"-j LIKEN-SERVICES"}, "POSTROUTING": nil}
+
+			assert.NilError(t, o.Boot(context.Background(), cfg))
+			assert.DeepEqual(t, nat.cmds, append([]string{s, n, f, add}, jumps...))
+			assert.DeepEqual(t, nat.chains, want)
+
+			nat.cmds = nil
+			assert.NilError(t, o.Boot(context.Background(), cfg))
+			assert.DeepEqual(t, nat.cmds, append([]string{s, f, add}, checks...))
+			assert.DeepEqual(t, nat.chains, want)
+		})
+	}
+}
+
+// TestOSBootServiceRouteFollowsTheEndpoint: a Boot with another endpoint
+// (a Reboot change) replaces the rule rather than adding one.
+func TestOSBootServiceRouteFollowsTheEndpoint(t *testing.T) {
+	nat := newFakeNAT()
+	o := &OS{Root: sysRoot(t), Run: nat.run, stat: blockDeviceStat}
+	cfg := base()
+	assert.NilError(t, o.Boot(context.Background(), cfg))
+	cfg.Network.Endpoint, cfg.Network.ServiceCIDR = "10.0.0.30:6443", "10.100.0.0/16"
+	assert.NilError(t, o.Boot(context.Background(), cfg))
+	assert.DeepEqual(t, nat.chains["LIKEN-SERVICES"], []string{"-d 10.100.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.30:6443"})
+	assert.DeepEqual(t, nat.chains["PREROUTING"], []string{"-j LIKEN-SERVICES"})
+	assert.DeepEqual(t, nat.chains["OUTPUT"], []string{"-j LIKEN-SERVICES"})
+}
+
+func TestOSBootServiceRouteErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, endpoint, serviceCIDR string
+		fail                        string // the iptables command that fails
+		want                        string
+		ran                         int // iptables commands run
+	}{
+		{name: "no endpoint", want: "the kubernetes Service route: the Cluster's spec.network.endpoint is empty; set it"},
+		{name: "a name with no address", endpoint: "empty.example.com:6443",
+			want: `the kubernetes Service route: endpoint host "empty.example.com" resolves to no IPv4 address: no A record; check the machine's DNS servers`},
+		{name: "a name that does not resolve", endpoint: "https://nowhere.example.com:6443",
+			want: `the kubernetes Service route: endpoint host "nowhere.example.com" resolves to no IPv4 address: lookup nowhere.example.com: no such host`},
+		{name: "an IPv6 endpoint", endpoint: "[fd00::1]:6443", want: "endpoint host fd00::1 is an IPv6 address, and liken routes the kubernetes Service over IPv4 only"},
+		{name: "an IPv6 service range", endpoint: "10.0.0.10:6443", serviceCIDR: "fd00:10:96::/112",
+			want: "the service range fd00:10:96::/112 is IPv6, and liken routes the kubernetes Service over IPv4 only"},
+		{name: "a service range too small", endpoint: "10.0.0.10:6443", serviceCIDR: "10.96.0.0/32",
+			want: `the kubernetes Service route: spec.network.serviceCIDR "10.96.0.0/32" holds no address for the kubernetes Service`},
+		{name: "an endpoint without a port", endpoint: "http://10.0.0.10", want: `endpoint "http://10.0.0.10" has no port`},
+		{name: "iptables failing", endpoint: "10.0.2.2:6443", fail: "iptables -w -t nat -A LIKEN-SERVICES", ran: 4,
+			want: "installing the kubernetes Service route (10.96.0.1:443 → 10.0.2.2:6443): iptables -w -t nat -A LIKEN-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:6443: exit status 4"},
+		{name: "a jump refused", endpoint: "10.0.2.2:6443", fail: "iptables -w -t nat -A OUTPUT", ran: 8,
+			want: "installing the kubernetes Service route (10.96.0.1:443 → 10.0.2.2:6443): iptables -w -t nat -A OUTPUT -j LIKEN-SERVICES: exit status 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nat := newFakeNAT()
+			nat.fail = tc.fail
+			o := &OS{Root: sysRoot(t), Run: nat.run, stat: blockDeviceStat, lookup: fakeLookup}
+			cfg := base()
+			cfg.Network.Endpoint, cfg.Network.ServiceCIDR = tc.endpoint, tc.serviceCIDR
+			assert.ErrorContains(t, o.Boot(context.Background(), cfg), tc.want)
+			assert.Equal(t, len(nat.cmds), tc.ran, "%q", nat.cmds)
+		})
+	}
 }
 
 func TestOSApplierRefusesBadValues(t *testing.T) {

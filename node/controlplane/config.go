@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 )
 
 // Config is a leader's leader/config.yaml, which liken install writes on a
@@ -164,16 +165,7 @@ func (c Config) Self() (Leader, error) {
 }
 
 // FirstServiceIP is the first address of ServiceCIDR, which the kubernetes
-// Service takes: 10.96.0.1 for 10.96.0.0/16.
+// Service takes: 10.96.0.1 for 10.96.0.0/16 (v1alpha1.FirstServiceIP).
 func (c Config) FirstServiceIP() (net.IP, error) {
-	p, err := netip.ParsePrefix(c.ServiceCIDR)
-	if err != nil {
-		return nil, fmt.Errorf("%q is not a CIDR such as 10.96.0.0/16", c.ServiceCIDR)
-	}
-	p = p.Masked()
-	first := p.Addr().Next()
-	if !first.IsValid() || !p.Contains(first) {
-		return nil, fmt.Errorf("%q holds no address for the kubernetes Service; give a larger range", c.ServiceCIDR)
-	}
-	return net.IP(first.AsSlice()), nil
+	return likenv1.FirstServiceIP(c.ServiceCIDR)
 }

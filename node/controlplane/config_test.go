@@ -130,22 +130,6 @@ func TestValidateReportsEveryError(t *testing.T) {
 	assert.ErrorContains(t, err, "serviceCIDR: \"x\" is not a CIDR")
 }
 
-func TestFirstServiceIP(t *testing.T) {
-	for _, tc := range []struct{ cidr, want string }{
-		{"10.96.0.0/16", "10.96.0.1"},
-		{"10.96.5.7/16", "10.96.0.1"}, // host bits ignored
-		{"10.43.0.0/16", "10.43.0.1"},
-		{"192.168.0.0/30", "192.168.0.1"},
-		{"fd00:10:96::/112", "fd00:10:96::1"},
-	} {
-		t.Run(tc.cidr, func(t *testing.T) {
-			ip, err := Config{ServiceCIDR: tc.cidr}.FirstServiceIP()
-			assert.NilError(t, err)
-			assert.Check(t, is.Equal(ip.String(), tc.want))
-		})
-	}
-}
-
 func TestSelfNotALeader(t *testing.T) {
 	c := testConfig()
 	c.Machine = "worker-1"

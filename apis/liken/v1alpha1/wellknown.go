@@ -2,6 +2,9 @@ package v1alpha1
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -118,6 +121,44 @@ func (n *NetworkSpec) ServiceCIDROrDefault() string {
 		return DefaultServiceCIDR
 	}
 	return n.ServiceCIDR
+}
+
+// EndpointURL is spec.network.endpoint as an https URL with a port:
+// host:port becomes https://host:port, a URL without a port gets its
+// scheme's (443 for https), and a lone trailing / goes. Anything else is
+// left as it is, for the control plane's configuration check to judge.
+func (n *NetworkSpec) EndpointURL() string {
+	s := n.Endpoint
+	if !strings.Contains(s, "://") {
+		s = "https://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Hostname() == "" {
+		return s
+	}
+	if u.Port() == "" && u.Scheme == "https" && !strings.HasSuffix(u.Host, ":") {
+		u.Host = net.JoinHostPort(u.Hostname(), "443")
+	}
+	if u.Path == "/" {
+		u.Path = ""
+	}
+	return u.String()
+}
+
+// FirstServiceIP is the first address of the service range serviceCIDR,
+// which the kubernetes Service takes: 10.96.0.1 for 10.96.0.0/16. Host
+// bits of serviceCIDR are ignored.
+func FirstServiceIP(serviceCIDR string) (net.IP, error) {
+	p, err := netip.ParsePrefix(serviceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a CIDR such as 10.96.0.0/16", serviceCIDR)
+	}
+	p = p.Masked()
+	first := p.Addr().Next()
+	if !first.IsValid() || !p.Contains(first) {
+		return nil, fmt.Errorf("%q holds no address for the kubernetes Service; give a larger range", serviceCIDR)
+	}
+	return net.IP(first.AsSlice()), nil
 }
 
 // PollIntervalOrDefault is spec.releases.pollInterval, or its default.

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -43,6 +44,46 @@ func TestMaxUnavailableFor(t *testing.T) {
 			}
 			assert.NilError(t, err)
 			assert.Equal(t, got, tc.want)
+		})
+	}
+}
+
+func TestEndpointURL(t *testing.T) {
+	for _, tc := range []struct{ endpoint, want string }{
+		{"10.0.2.2:7443", "https://10.0.2.2:7443"},
+		{"https://10.0.2.2:7443", "https://10.0.2.2:7443"},
+		{"https://api.example.com", "https://api.example.com:443"},
+		{"https://api.example.com:6443/", "https://api.example.com:6443"},
+		{"[fd00::1]:6443", "https://[fd00::1]:6443"},
+		{"http://api.example.com:80", "http://api.example.com:80"},
+		{"https://api.example.com:", "https://api.example.com:"},
+	} {
+		t.Run(tc.endpoint, func(t *testing.T) {
+			n := NetworkSpec{Endpoint: tc.endpoint}
+			assert.Check(t, is.Equal(n.EndpointURL(), tc.want))
+		})
+	}
+}
+
+func TestFirstServiceIP(t *testing.T) {
+	for _, tc := range []struct{ cidr, want, wantErr string }{
+		{cidr: "10.96.0.0/16", want: "10.96.0.1"},
+		{cidr: "10.96.5.7/16", want: "10.96.0.1"}, // host bits ignored
+		{cidr: "10.43.0.0/16", want: "10.43.0.1"},
+		{cidr: "192.168.0.0/30", want: "192.168.0.1"},
+		{cidr: "fd00:10:96::/112", want: "fd00:10:96::1"},
+		{cidr: "", wantErr: `"" is not a CIDR such as 10.96.0.0/16`},
+		{cidr: "10.96.0.0", wantErr: `"10.96.0.0" is not a CIDR`},
+		{cidr: "10.96.0.0/32", wantErr: `"10.96.0.0/32" holds no address for the kubernetes Service`},
+	} {
+		t.Run(tc.cidr, func(t *testing.T) {
+			ip, err := FirstServiceIP(tc.cidr)
+			if tc.wantErr != "" {
+				assert.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			assert.NilError(t, err)
+			assert.Check(t, is.Equal(ip.String(), tc.want))
 		})
 	}
 }
