@@ -60,6 +60,10 @@ const (
 	// join with: the Cluster's endpoint, the server CA and the bootstrap
 	// token of the layer's join token.
 	BootstrapFile = "bootstrap.kubeconfig"
+	// ClientCAFile is the identity's client CA certificate, which the
+	// kubelet checks callers' certificates against: the API server's, for
+	// kubectl logs and exec.
+	ClientCAFile = "client-ca.crt"
 	// LeaderDir is a Leader's folder on the layer partition (mode 0700,
 	// files 0600): controlplane.ConfigFile, the control plane's
 	// configuration, and controlplane.IdentityDir, the cluster identity
@@ -445,8 +449,8 @@ func writeBootTree(dir string) error {
 // writeLayerTree writes the layer partition: the layer as the machine
 // carries it (a worker's without private keys), the join kubeconfig
 // (readable by root only: they hold the token, and a leader's layer the
-// keys), the machine's name and, given a leader's control plane
-// configuration, LeaderDir.
+// keys), the machine's name, the client CA certificate and, given a
+// leader's control plane configuration, LeaderDir.
 func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *controlplane.Config) error {
 	own, err := lay.ForMachine(machine)
 	if err != nil {
@@ -467,6 +471,13 @@ func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *contro
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, MachineFile), []byte(machine+"\n"), 0o644); err != nil {
+		return err
+	}
+	clientCA, ok := own.Identity.Files[ClientCAFile]
+	if !ok {
+		return fmt.Errorf("the layer's identity has no %s: make it again with liken layer generate", ClientCAFile)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ClientCAFile), clientCA, 0o644); err != nil {
 		return err
 	}
 	if leader == nil {

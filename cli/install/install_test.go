@@ -235,6 +235,9 @@ func TestInstallImage(t *testing.T) {
 				assert.Check(t, ok && bytes.Equal(got, b), "%s on the disk differs from the layer's", name)
 			}
 			assert.Check(t, is.Equal(string(partFile(t, o.Disk, parts[1], "/"+MachineFile)), tc.machine+"\n"))
+			// The kubelet checks the API server's client certificate
+			// (kubectl logs, exec) against the identity's client CA.
+			assert.Check(t, bytes.Equal(partFile(t, o.Disk, parts[1], "/"+ClientCAFile), l.Identity.Files["client-ca.crt"]))
 			// What kubelet and liken-node join with: the Cluster's
 			// endpoint, the server CA, the join token's bootstrap token;
 			// readable by root only.

@@ -333,7 +333,7 @@ func (l *lab) runOperatorImage(m *vm) {
 	spec.RestartPolicy = corev1.RestartPolicyNever
 	c := &spec.Containers[0]
 	c.Args = []string{"--version"}
-	c.LivenessProbe, c.ReadinessProbe = nil, nil
+	c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = nil, nil, nil
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "operator-image", Namespace: d.Namespace}, Spec: *spec}
 	_, err = l.kube.CoreV1().Pods(d.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	assert.NilError(l.t, err)

@@ -76,6 +76,9 @@ func APIServerArgs(cfg Config, dir string) ([]string, error) {
 		"--endpoint-reconciler-type=none",
 		"--kubelet-client-certificate=" + f(APIServerKubeletClient.Cert()),
 		"--kubelet-client-key=" + f(APIServerKubeletClient.Key()),
+		// Machines' names need not resolve: reach kubelets (logs, exec)
+		// at the Node's address first.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--requestheader-client-ca-file=" + f(RequestHeaderCA.Cert()),
 		"--requestheader-allowed-names=" + FrontProxyUser,
 		"--requestheader-username-headers=X-Remote-User",

@@ -94,6 +94,7 @@ func TestFlags(t *testing.T) {
 				{"--endpoint-reconciler-type", "none"},
 				{"--kubelet-client-certificate", dir + "/apiserver-kubelet-client.crt"},
 				{"--kubelet-client-key", dir + "/apiserver-kubelet-client.key"},
+				{"--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname"},
 				{"--requestheader-client-ca-file", dir + "/request-header-ca.crt"},
 				{"--requestheader-allowed-names", "front-proxy-client"},
 				{"--proxy-client-cert-file", dir + "/front-proxy-client.crt"},
