@@ -109,8 +109,9 @@ func (s *slowWriter) Flush() {
 	}
 }
 
-// waitPort waits for the channel server to write its port.
-func waitPort(ctx context.Context, portFile string, pid int) (int, error) {
+// waitPort waits for the server what (process pid) to write its port to
+// portFile.
+func waitPort(ctx context.Context, what, portFile string, pid int) (int, error) {
 	for {
 		if b, err := os.ReadFile(portFile); err == nil {
 			if p, err := strconv.Atoi(string(b)); err == nil {
@@ -118,11 +119,11 @@ func waitPort(ctx context.Context, portFile string, pid int) (int, error) {
 			}
 		}
 		if !controlplane.Alive(pid) {
-			return 0, fmt.Errorf("the release channel server (pid %d) exited at start", pid)
+			return 0, fmt.Errorf("%s (pid %d) exited at start", what, pid)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("waiting for the release channel server: %w", ctx.Err())
+			return 0, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

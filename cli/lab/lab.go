@@ -125,6 +125,9 @@ func newStatusCommand() *cobra.Command {
 			}
 			fmt.Fprintf(out, "Lab %s (%s)\n", st.Name, st.Dir)
 			fmt.Fprintf(out, "Kubeconfig:  %s\n", st.Kubeconfig)
+			if st.Endpoint != "" {
+				fmt.Fprintf(out, "Endpoint:    %s (forwards to a ready leader)\n", st.Endpoint)
+			}
 			fmt.Fprintf(out, "Channel:     %s\n\n", st.Channel)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KIND\tNAME\tPID\tSTATE\tLOG")

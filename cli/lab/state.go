@@ -19,6 +19,9 @@ const (
 	KindOperator = "operator"
 	KindMachine  = "machine"
 	KindChannel  = "channel"
+	// KindEndpoint is the VM lab's API endpoint: a loopback port forwarded
+	// to a ready leader's API server (liken lab serve-endpoint).
+	KindEndpoint = "endpoint"
 )
 
 // State is what a running lab records in <lab dir>/lab.json; `liken lab
@@ -34,6 +37,9 @@ type State struct {
 	BootstrapKubeconfig string `json:"bootstrapKubeconfig"`
 	// Channel is the URL of the lab's release channel.
 	Channel string `json:"channel"`
+	// Endpoint is the URL of the VM lab's API endpoint on this computer,
+	// which forwards to a ready leader.
+	Endpoint string `json:"endpoint,omitempty"`
 	// ChannelDir is the directory the channel serves.
 	ChannelDir string `json:"channelDir"`
 	// Processes are the processes the lab started.
@@ -59,6 +65,10 @@ type MachineInfo struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// Dir holds the machine's disk, layer and logs.
 	Dir string `json:"dir"`
+	// Forwards maps ports of this computer's loopback to a virtual
+	// leader's API server and etcd ports, kept so that the leader powers
+	// on again behind the same ones.
+	Forwards map[int]int `json:"forwards,omitempty"`
 }
 
 var labName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$`)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,7 +23,6 @@ import (
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/generated/clientset/versioned"
-	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/boot"
@@ -57,11 +57,17 @@ The control plane binaries are built first if they are missing (make build,
 about 20 minutes the first time on 2 cores).
 
 With --vm, each machine is a QEMU virtual machine (software emulation)
-booting liken's OS image from a disk written by liken install: systemd,
-kubelet, containerd and liken-node, joining the control plane on this
-computer. The image is built with make image (as root) if it is missing;
-QEMU is fetched from Debian's packages into ~/.cache/liken/qemu. Each
-machine's console is its machine.log.`,
+booting liken's OS image from a disk written by liken install, and the
+fleet runs its own control plane: each leader runs an etcd member, the API
+server, the controller manager and the scheduler from the image, and
+cluster-operator runs as the Deployment of manifests/ (--operators
+replicas). This computer runs only QEMU, the release channel and the API
+endpoint, a loopback port that forwards to a ready leader; the kubeconfig
+points there. The image is built with make image (as root) if it is
+missing; QEMU is fetched from Debian's packages into ~/.cache/liken/qemu.
+Each machine's console is its machine.log. Emulated leaders take minutes:
+expect 4 to 10 minutes with one leader. With one leader the API is down
+while that leader reboots.`,
 		Example: `  # The default lab: 5 machines, 3 leaders, Manual reboots, 2 operators
   liken lab up
 
@@ -80,9 +86,9 @@ machine's console is its machine.log.`,
 	fl.IntVar(&o.machines, "machines", 5, "Number of machines.")
 	fl.IntVar(&o.leaders, "leaders", 3, "How many of the machines are leaders.")
 	fl.StringVar(&o.policy, "reboot-policy", "Manual", "Reboot policy of every machine: Auto or Manual.")
-	fl.IntVar(&o.operators, "operators", 2, "Number of cluster-operator copies (one leads).")
-	fl.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for the Cluster to read Ready (with --vm, at least 20 minutes).")
-	fl.BoolVar(&o.vm, "vm", false, "Run each machine as a QEMU virtual machine booting liken's OS image (make image) from a disk written by liken install.")
+	fl.IntVar(&o.operators, "operators", 2, "Number of cluster-operator copies (one leads); with --vm, the Deployment's replicas.")
+	fl.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for the Cluster to read Ready (with --vm, at least 30 minutes).")
+	fl.BoolVar(&o.vm, "vm", false, "Run each machine as a QEMU virtual machine booting liken's OS image (make image) from a disk written by liken install, the leaders running the control plane.")
 	return cmd
 }
 
@@ -177,9 +183,6 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	if o.vm && o.timeout < 20*time.Minute {
-		o.timeout = 20 * time.Minute
-	}
 	graceArgs, err := startupGraceArgs()
 	if err != nil {
 		return err
@@ -209,36 +212,19 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		fmt.Fprintf(log, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	names := machineNames(o.machines)
-	var imageDir string
 	if o.vm {
-		if imageDir, err = osImageDir(log); err != nil {
-			return err
-		}
-		if _, err := vmTools(log); err != nil {
-			return err
-		}
+		return upVM(ctx, o, dir, bins, graceArgs, step, out, log)
 	}
+	names := machineNames(o.machines)
 	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: o.name})
 	if err != nil {
 		return err
 	}
-	cpOpts := controlplane.Options{Dir: filepath.Join(dir, "controlplane"), Binary: bins.kube, Detach: true}
-	if o.vm {
-		// Virtual machines join with their layer: the control plane
-		// serves with the identity's CA and takes its join token.
-		tid, secret, err := layer.BootstrapToken(id.Files[layer.TokenFile])
-		if err != nil {
-			return err
-		}
-		cpOpts.CA = &controlplane.CA{Cert: id.Files["server-ca.crt"], Key: id.Files["server-ca.key"]}
-		cpOpts.JoinToken = tid + "." + secret
-	}
-	cp, err := controlplane.Start(ctx, cpOpts)
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "controlplane"), Binary: bins.kube, Detach: true})
 	if err != nil {
 		return err
 	}
-	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, BootstrapKubeconfig: cp.BootstrapKubeconfig(), ChannelDir: filepath.Join(dir, "channel"), VM: o.vm, ImageDir: imageDir}
+	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, BootstrapKubeconfig: cp.BootstrapKubeconfig(), ChannelDir: filepath.Join(dir, "channel")}
 	st.Processes = append(st.Processes, derefAll(cp.Processes)...)
 	defer func() {
 		if err != nil {
@@ -253,27 +239,14 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	}
 	step("control plane up at %s", cp.Server)
 
-	if err := installManifests(ctx, cp, dir, o.vm); err != nil {
+	if err := installManifests(ctx, cp, dir); err != nil {
 		return err
 	}
 	step("liken manifests installed")
 
-	if err := os.MkdirAll(st.ChannelDir, 0o755); err != nil {
+	if _, err := startChannel(ctx, st, bins); err != nil {
 		return err
 	}
-	portFile := filepath.Join(dir, "channel.port")
-	ch, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-channel", "--dir", st.ChannelDir, "--port-file", portFile},
-		filepath.Join(dir, "channel.log"), true)
-	if err != nil {
-		return err
-	}
-	ch.Kind, ch.Name = KindChannel, "channel"
-	st.Processes = append(st.Processes, *ch)
-	port, err := waitPort(ctx, portFile, ch.PID)
-	if err != nil {
-		return err
-	}
-	st.Channel = fmt.Sprintf("http://127.0.0.1:%d", port)
 	version, digest, err := publish(st, FaultNone)
 	if err != nil {
 		return err
@@ -282,29 +255,8 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 
 	// The fleet's documents, packed into each machine's deployment layer and
 	// applied to the cluster.
-	endpoint, source := cp.Server, st.Channel
-	if o.vm {
-		endpoint = cp.ServerFromVM()
-		source = fmt.Sprintf("http://%s:%d", qemu.HostAddress, port)
-	}
-	docs := fleetDocuments(o, endpoint, source, version, digest)
-	docsFile := filepath.Join(dir, "fleet.yaml")
-	if err := os.WriteFile(docsFile, []byte(docs), 0o644); err != nil {
-		return err
-	}
-	idDir := filepath.Join(dir, "identity")
-	if err := os.MkdirAll(idDir, 0o700); err != nil {
-		return err
-	}
-	if err := layer.WriteIdentity(idDir, id); err != nil {
-		return err
-	}
-	l, err := layer.Assemble(layer.PackOptions{Files: []string{docsFile}, IdentityDir: idDir})
+	docsFile, _, l, err := packLayer(dir, id, fleetDocuments(o, cp.Server, st.Channel, version, digest, nil))
 	if err != nil {
-		return fmt.Errorf("packing the lab's deployment layer: %w", err)
-	}
-	layerFile := filepath.Join(dir, "layer.tgz")
-	if err := l.WriteFile(layerFile, true); err != nil {
 		return err
 	}
 	if _, err := cp.Kubectl(ctx, "apply", "-f", docsFile); err != nil {
@@ -313,14 +265,6 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	step("Cluster %s and %d Machines created; deployment layer packed", o.name, o.machines)
 
 	for i, n := range names {
-		if o.vm {
-			m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Dir: filepath.Join(dir, "machines", n)}
-			if err := installVM(ctx, m, st.ChannelDir, version, layerFile); err != nil {
-				return fmt.Errorf("installing machine %s: %w", n, err)
-			}
-			st.Machines = append(st.Machines, m)
-			continue
-		}
 		role := "worker"
 		if i < o.leaders {
 			role = "control-plane"
@@ -337,11 +281,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		}
 		st.Machines = append(st.Machines, m)
 	}
-	if o.vm {
-		step("%d disks written by liken install, slot A holding %s", o.machines, version)
-	} else {
-		step("%d machines installed on slot A", o.machines)
-	}
+	step("%d machines installed on slot A", o.machines)
 
 	for i := 1; i <= o.operators; i++ {
 		n := fmt.Sprintf("cluster-operator-%d", i)
@@ -379,9 +319,15 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		return err
 	}
 	step("Cluster %s is Ready on %s", o.name, version)
-	fmt.Fprintf(log, "\nLab %s is up. Next:\n  kubectl get clusters -o wide\n  kubectl get machines -o wide\n  liken lab publish --name %s\n  liken lab down --name %s\n\n", o.name, o.name, o.name)
-	fmt.Fprintf(out, "export KUBECONFIG=%s\n", shellQuote(st.Kubeconfig))
+	printUp(st, out, log)
 	return nil
+}
+
+// printUp says what to do next with the lab that is up, and prints the
+// line that points kubectl at it.
+func printUp(st *State, out, log io.Writer) {
+	fmt.Fprintf(log, "\nLab %s is up. Next:\n  kubectl get clusters -o wide\n  kubectl get machines -o wide\n  liken lab publish --name %s\n  liken lab down --name %s\n\n", st.Name, st.Name, st.Name)
+	fmt.Fprintf(out, "export KUBECONFIG=%s\n", shellQuote(st.Kubeconfig))
 }
 
 // shellQuote quotes s for a POSIX shell, so that eval "$(liken lab up)"
@@ -405,31 +351,13 @@ func derefAll(ps []*controlplane.Process) []controlplane.Process {
 	return out
 }
 
-// installManifests applies liken's manifests (embedded in liken) and waits
-// for the CRDs. A VM lab leaves out cluster-operator's Deployment: the lab
-// runs its copies on this computer, and the machines' real kubelets would
-// try to run it.
-func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir string, vm bool) error {
-	mdir := filepath.Join(dir, "manifests")
-	if err := os.MkdirAll(mdir, 0o755); err != nil {
-		return err
-	}
-	files, err := fs.Glob(manifests.FS, "*.yaml")
+// installManifests applies liken's manifests (embedded in liken) but
+// cluster-operator's Deployment, and waits for the CRDs: the process lab
+// runs cluster-operator's copies on this computer.
+func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir string) error {
+	mdir, err := writeManifests(dir, "30-operator.yaml")
 	if err != nil {
 		return err
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		if vm && f == "30-operator.yaml" {
-			continue
-		}
-		b, err := manifests.FS.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(mdir, f), b, 0o644); err != nil {
-			return err
-		}
 	}
 	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", mdir); err != nil {
 		return err
@@ -438,9 +366,86 @@ func installManifests(ctx context.Context, cp *controlplane.ControlPlane, dir st
 	return err
 }
 
+// writeManifests writes liken's manifests (embedded in liken) but the
+// files named in leave into <dir>/manifests, and returns that folder.
+func writeManifests(dir string, leave ...string) (string, error) {
+	mdir := filepath.Join(dir, "manifests")
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return "", err
+	}
+	files, err := fs.Glob(manifests.FS, "*.yaml")
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		if slices.Contains(leave, f) {
+			continue
+		}
+		b, err := manifests.FS.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(mdir, f), b, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return mdir, nil
+}
+
+// startChannel starts the lab's release channel server on a free loopback
+// port, records it in st, and returns the port.
+func startChannel(ctx context.Context, st *State, bins binaries) (int, error) {
+	if err := os.MkdirAll(st.ChannelDir, 0o755); err != nil {
+		return 0, err
+	}
+	portFile := filepath.Join(st.Dir, "channel.port")
+	ch, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-channel", "--dir", st.ChannelDir, "--port-file", portFile},
+		filepath.Join(st.Dir, "channel.log"), true)
+	if err != nil {
+		return 0, err
+	}
+	ch.Kind, ch.Name = KindChannel, "channel"
+	st.Processes = append(st.Processes, *ch)
+	port, err := waitPort(ctx, "the release channel server", portFile, ch.PID)
+	if err != nil {
+		return 0, err
+	}
+	st.Channel = fmt.Sprintf("http://127.0.0.1:%d", port)
+	return port, nil
+}
+
+// packLayer writes the fleet's documents and the lab's identity into the
+// lab's folder, and packs them into the deployment layer. It returns the
+// documents' file, the layer's file and the layer.
+func packLayer(dir string, id *layer.Identity, docs string) (docsFile, layerFile string, l *layer.Layer, err error) {
+	docsFile = filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(docsFile, []byte(docs), 0o644); err != nil {
+		return "", "", nil, err
+	}
+	idDir := filepath.Join(dir, "identity")
+	if err := os.MkdirAll(idDir, 0o700); err != nil {
+		return "", "", nil, err
+	}
+	if err := layer.WriteIdentity(idDir, id); err != nil {
+		return "", "", nil, err
+	}
+	l, err = layer.Assemble(layer.PackOptions{Files: []string{docsFile}, IdentityDir: idDir})
+	if err != nil {
+		return "", "", nil, fmt.Errorf("packing the lab's deployment layer: %w", err)
+	}
+	layerFile = filepath.Join(dir, "layer.tgz")
+	if err := l.WriteFile(layerFile, true); err != nil {
+		return "", "", nil, err
+	}
+	return docsFile, layerFile, l, nil
+}
+
 // fleetDocuments is the lab's Cluster and Machines. Timeouts are short so
-// that the lab's failures show within a minute or two.
-func fleetDocuments(o upOptions, endpoint, channel, version, digest string) string {
+// that the lab's failures show within a minute or two. reach holds the
+// annotations block of each leader the VM lab forwards ports to; nil in
+// the process lab.
+func fleetDocuments(o upOptions, endpoint, channel, version, digest string, reach map[string]string) string {
 	// A virtual machine under emulation takes a minute or more to boot,
 	// more when several share this computer's cores.
 	trial, stall := "45s", "5m"
@@ -473,11 +478,13 @@ spec:
 `, o.name, version, channel, version, digest, endpoint, trial, stall)
 	for i, n := range machineNames(o.machines) {
 		fmt.Fprintf(&b, "---\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: %s\n", n)
-		if i < o.leaders && o.leaders > 1 {
+		if a, ok := reach[n]; ok {
+			b.WriteString(a)
+		} else if i < o.leaders && o.leaders > 1 {
 			// liken layer pack needs each of several leaders to be
-			// reachable. The lab's leaders have no static address and run
-			// no control plane yet (the VM lab installs them with
-			// ExternalControlPlane), so their reach URLs only name them.
+			// reachable. The process lab's leaders have no address and run
+			// no control plane (it runs on this computer), so their reach
+			// URLs only name them.
 			b.WriteString(labReachAnnotations(n))
 		}
 		fmt.Fprintf(&b, "spec:\n  cluster: %s\n  role: %s\n  rebootPolicy: %s\n", o.name, roleOf(i, o.leaders), o.policy)
@@ -620,10 +627,8 @@ func waitClusterReady(ctx context.Context, st *State, timeout time.Duration) err
 				return nil
 			}
 		}
-		for _, p := range st.Processes {
-			if p.PID > 0 && !p.Running() {
-				return fmt.Errorf("%s %s (pid %d) exited; see %s", p.Kind, p.Name, p.PID, p.Log)
-			}
+		if err := exitedProcess(st); err != nil {
+			return err
 		}
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
 			return err

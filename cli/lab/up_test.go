@@ -66,8 +66,17 @@ func TestFleetDocumentsPack(t *testing.T) {
 		{name: "vm", machines: 5, leaders: 3, policy: "Auto", vm: true},
 	} {
 		t.Run(fmt.Sprintf("%d/%d vm=%v", o.machines, o.leaders, o.vm), func(t *testing.T) {
+			// The VM lab's leaders are reached through this computer at
+			// their forwarded ports, when there are several.
+			var reach map[string]string
+			if o.vm && o.leaders > 1 {
+				reach = map[string]string{}
+				for i, n := range machineNames(o.leaders) {
+					reach[n] = leaderPorts{30000 + 3*i, 30001 + 3*i, 30002 + 3*i}.annotations()
+				}
+			}
 			docs := fleetDocuments(o, "https://10.0.2.2:7443", "http://10.0.2.2:8080", "2026.10.10-001",
-				"sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f")
+				"sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f", reach)
 			parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
 			assert.Assert(t, is.Len(errs, 0), "%v", errs)
 			cluster, machines, errs := layer.CheckFleet(parsed)
@@ -77,6 +86,11 @@ func TestFleetDocumentsPack(t *testing.T) {
 				cfg, err := l.ControlPlaneConfig(n)
 				assert.NilError(t, err)
 				assert.Check(t, is.Len(cfg.Leaders, o.leaders))
+				if reach != nil {
+					for i, l := range cfg.Leaders {
+						assert.Check(t, is.Equal(l.EtcdPeer, fmt.Sprintf("https://10.0.2.2:%d", 30002+3*i)), "leader %s", l.Name)
+					}
+				}
 			}
 		})
 	}

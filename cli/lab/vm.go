@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	v1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/install"
 	"liken.sh/liken/cli/lab/controlplane"
 	clirelease "liken.sh/liken/cli/release"
@@ -22,8 +23,8 @@ import (
 
 // The VM lab (liken lab up --vm): each machine is a QEMU virtual machine
 // booting a disk written by liken install with liken's OS image (make
-// image). It reaches the control plane and the channel on the host through
-// QEMU's user network, at qemu.HostAddress.
+// image). It reaches the API endpoint and the channel on this computer
+// through QEMU's user network, at qemu.HostAddress (upvm.go).
 
 // VMHardware is what each virtual machine of a fleet of machines gets:
 // 1.5 GiB for systemd, containerd, kubelet and liken-node; two CPUs alone,
@@ -33,6 +34,25 @@ func VMHardware(machines int) qemu.Hardware {
 	if machines > 1 {
 		hw.CPUs = 1
 	}
+	return hw
+}
+
+// LeaderHardware is what a virtual Leader gets: it runs an etcd member
+// and the API server besides the node agent, which need 2 GiB and two
+// emulated CPUs to be ready within minutes (docs/design/controlplane.md,
+// "Measured").
+func LeaderHardware() qemu.Hardware {
+	return qemu.Hardware{MemoryMiB: 2048, CPUs: 2, Network: true}
+}
+
+// machineHardware is machine m's hardware in the lab st, with its
+// forwarded ports.
+func machineHardware(st *State, m *MachineInfo) qemu.Hardware {
+	hw := VMHardware(len(st.Machines))
+	if m.Role == string(v1.RoleLeader) {
+		hw = LeaderHardware()
+	}
+	hw.Forwards = m.Forwards
 	return hw
 }
 
@@ -143,7 +163,8 @@ func vmTools(log io.Writer) (*qemu.Tools, error) {
 	return qemu.Fetch(filepath.Join(cache, "liken", "qemu"), nil, func(f string, a ...any) { fmt.Fprintf(log, f+"\n", a...) })
 }
 
-// installVM writes the machine's disk with liken install.
+// installVM writes the machine's disk with liken install: a Leader's
+// disk gets its control plane (leader/).
 func installVM(ctx context.Context, m MachineInfo, channelDir, version, layerFile string) error {
 	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
 		return err
@@ -151,8 +172,6 @@ func installVM(ctx context.Context, m MachineInfo, channelDir, version, layerFil
 	_, err := install.Install(ctx, install.Options{
 		Disk: filepath.Join(m.Dir, vmDisk), Release: filepath.Join(channelDir, version), Layer: layerFile,
 		Machine: m.Name, Size: vmDiskSize, TempDir: m.Dir,
-		// The control plane still runs on this computer.
-		ExternalControlPlane: true,
 	})
 	return err
 }
@@ -168,7 +187,7 @@ func startVM(st *State, m *MachineInfo) (*controlplane.Process, error) {
 		return nil, err
 	}
 	args := append([]string{"LD_LIBRARY_PATH=" + tools.LibraryPath(), tools.Tool("qemu-system-x86_64")},
-		tools.Args(filepath.Join(m.Dir, vmDisk), VMHardware(len(st.Machines)), "stdio")...)
+		tools.Args(filepath.Join(m.Dir, vmDisk), machineHardware(st, m), "stdio")...)
 	p, err := controlplane.StartProcess("/usr/bin/env", args, filepath.Join(m.Dir, machineLog), true)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@
 package vme2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -20,15 +21,19 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/e2e/internal/apiprobe"
 	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/internal/srctree"
 )
 
-// TestLabUpVM runs the user's commands: liken lab up --vm gives virtual
-// machines that kubectl lists as Ready Nodes; liken lab publish and a new
-// spec.version upgrade them through real reboots; liken lab power cycle
-// pulls a machine's power and it comes back; liken lab down stops it all.
+// TestLabUpVM runs the user's commands: liken lab up --vm gives a fleet
+// that runs its own control plane (its leader's etcd and API server behind
+// the lab's endpoint, cluster-operator as the Deployment of manifests/ on
+// the fleet) and whose virtual machines kubectl lists as Ready Nodes;
+// liken lab publish and a new spec.version upgrade them through real
+// reboots, the leader's included; liken lab power cycle pulls a machine's
+// power and it comes back; liken lab down stops it all.
 func TestLabUpVM(t *testing.T) {
 	repo, err := srctree.Find()
 	assert.NilError(t, err)
@@ -49,7 +54,11 @@ func TestLabUpVM(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^export KUBECONFIG='([^']+)'$`).FindStringSubmatch(out)
 	assert.Assert(t, m != nil, "no export KUBECONFIG= line:\n%s", out)
 	var st struct {
-		VM       bool `json:"vm"`
+		VM        bool   `json:"vm"`
+		Endpoint  string `json:"endpoint"`
+		Processes []struct {
+			Kind string `json:"kind"`
+		} `json:"processes"`
 		Machines []struct {
 			Name string `json:"name"`
 			Dir  string `json:"dir"`
@@ -57,6 +66,12 @@ func TestLabUpVM(t *testing.T) {
 	}
 	assert.NilError(t, json.Unmarshal([]byte(liken("lab", "status", "--name", "vm", "-o", "json")), &st))
 	assert.Assert(t, st.VM)
+	// This computer runs only the channel, the endpoint and QEMU.
+	kinds := map[string]int{}
+	for _, p := range st.Processes {
+		kinds[p.Kind]++
+	}
+	assert.DeepEqual(t, kinds, map[string]int{"channel": 1, "endpoint": 1, "machine": 2})
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range st.Machines {
@@ -86,6 +101,10 @@ func TestLabUpVM(t *testing.T) {
 		assert.Assert(t, strings.HasPrefix(n.Status.NodeInfo.KubeletVersion, "v1.37"), n.Status.NodeInfo.KubeletVersion)
 		assert.Assert(t, strings.HasPrefix(n.Status.NodeInfo.ContainerRuntimeVersion, "containerd://") && strings.Contains(n.Status.NodeInfo.ContainerRuntimeVersion, "2.2.9"), n.Status.NodeInfo.ContainerRuntimeVersion)
 	}
+	// The kubeconfig reaches the leader's own API server through the
+	// endpoint, and cluster-operator runs on the fleet.
+	assert.Equal(t, cfg.Host, st.Endpoint)
+	operatorOnFleet(t, kube, 2)
 
 	pub := liken("lab", "publish", "--name", "vm")
 	ver := regexp.MustCompile(`version: "([^"]+)"`).FindStringSubmatch(pub)
@@ -98,10 +117,17 @@ func TestLabUpVM(t *testing.T) {
 	_, err = lk.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	start = time.Now()
+	// The API probe writes and reads a ConfigMap through the endpoint
+	// every 200 ms while the fleet upgrades.
+	probe := &apiprobe.Probe{Client: kube}
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() { defer close(probed); probe.Run(probeCtx) }()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		ms, err := lk.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return poll.Error(err)
+			// The sole leader's API is down while it reboots.
+			return poll.Continue("the API: %v", err)
 		}
 		for _, m := range ms.Items {
 			if m.Status.Version != ver[1] || m.Status.Phase != likenv1.MachineReady {
@@ -111,6 +137,16 @@ func TestLabUpVM(t *testing.T) {
 		return poll.Success()
 	}, poll.WithTimeout(30*time.Minute), poll.WithDelay(5*time.Second))
 	t.Logf("VM lab of 2 upgraded to %s in %s", ver[1], time.Since(start).Round(time.Second))
+	stopProbe()
+	<-probed
+	rep := probe.Report()
+	t.Logf("API probe through the upgrade: %s", rep.Timeline())
+	// One leader: the API is down while it reboots, and only then; it
+	// answers again once the leader is back.
+	assert.Assert(t, rep.Rounds > 0 && !rep.Longest.Ongoing, "the API did not answer again after the upgrade: %s", rep)
+	assert.Assert(t, rep.Longest.Duration() < 10*time.Minute, "the API was down longer than one leader's trial timeout: %s", rep)
+	// cluster-operator's pods, evicted by the drains, run again.
+	operatorOnFleet(t, kube, 2)
 
 	// A power cut: the machine boots again and its Node reads Ready.
 	liken("lab", "power", "cycle", st.Machines[1].Name, "--name", "vm")
@@ -118,7 +154,7 @@ func TestLabUpVM(t *testing.T) {
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		n, err := kube.CoreV1().Nodes().Get(ctx, st.Machines[1].Name, metav1.GetOptions{})
 		if err != nil {
-			return poll.Error(err)
+			return poll.Continue("Node %s: %v", st.Machines[1].Name, err)
 		}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(cycled) {
@@ -128,4 +164,30 @@ func TestLabUpVM(t *testing.T) {
 		return poll.Continue("Node %s has not come back Ready", n.Name)
 	}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
 	t.Logf("%s: Ready again %s after a power cycle", st.Machines[1].Name, time.Since(cycled).Round(time.Second))
+}
+
+// operatorOnFleet waits until cluster-operator's Deployment has replicas
+// available, each pod running on a Node of the fleet.
+func operatorOnFleet(t *testing.T, kube kubernetes.Interface, replicas int32) {
+	t.Helper()
+	ctx := t.Context()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		d, err := kube.AppsV1().Deployments("liken-system").Get(ctx, "cluster-operator", metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("cluster-operator's Deployment: %v", err)
+		}
+		if d.Status.AvailableReplicas != replicas {
+			return poll.Continue("cluster-operator: %d of %d replicas available", d.Status.AvailableReplicas, replicas)
+		}
+		pods, err := kube.CoreV1().Pods("liken-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=cluster-operator", FieldSelector: "status.phase=Running"})
+		if err != nil {
+			return poll.Continue("cluster-operator's pods: %v", err)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" {
+				return poll.Continue("pod %s runs on no Node", p.Name)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
 }

@@ -502,6 +502,12 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, er
 
 // KubectlAs runs kubectl with the given kubeconfig.
 func (cp *ControlPlane) KubectlAs(ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	return Kubectl(ctx, kubeconfig, args...)
+}
+
+// Kubectl runs kubectl with the given kubeconfig; an error holds its
+// output.
+func Kubectl(ctx context.Context, kubeconfig string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
