@@ -33,7 +33,9 @@ import (
 // the fleet) and whose virtual machines kubectl lists as Ready Nodes;
 // liken lab publish and a new spec.version upgrade them through real
 // reboots, the leader's included; liken lab power cycle pulls a machine's
-// power and it comes back; liken lab down stops it all.
+// power and it comes back; a release that cannot boot fails the leader's
+// trial, and the leader comes back on its proven slot with its datastore;
+// liken lab down stops it all.
 func TestLabUpVM(t *testing.T) {
 	repo, err := srctree.Find()
 	assert.NilError(t, err)
@@ -164,6 +166,60 @@ func TestLabUpVM(t *testing.T) {
 		return poll.Continue("Node %s has not come back Ready", n.Name)
 	}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
 	t.Logf("%s: Ready again %s after a power cycle", st.Machines[1].Name, time.Since(cycled).Round(time.Second))
+
+	// A release whose init cannot start, tried by the leader first: its
+	// trial fails, it boots its proven slot again, its etcd member comes
+	// back with what was written before (the probe's ConfigMap) and its
+	// control plane reads ready; the rollout halts before the worker.
+	kept, err := kube.CoreV1().ConfigMaps("default").Get(ctx, apiprobe.DefaultName, metav1.GetOptions{})
+	assert.NilError(t, err)
+	pub = liken("lab", "publish", "--name", "vm", "--fault", "panic")
+	bad := regexp.MustCompile(`version: "([^"]+)"`).FindStringSubmatch(pub)
+	badDigest := regexp.MustCompile(`digest: (sha256:[0-9a-f]+)`).FindStringSubmatch(pub)
+	assert.Assert(t, bad != nil && badDigest != nil, "lab publish printed no catalog entry:\n%s", pub)
+	leader := st.Machines[0].Name
+	proven, err := lk.LikenV1alpha1().Machines().Get(ctx, leader, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Assert(t, proven.Status.Observed.BootID != "", "%s reports no boot", leader)
+	c, err = lk.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
+	assert.NilError(t, err)
+	c.Spec.Releases.Catalog = append(c.Spec.Releases.Catalog, likenv1.CatalogEntry{Version: bad[1], Digest: badDigest[1]})
+	c.Spec.Version = bad[1]
+	_, err = lk.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	start = time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		m, err := lk.LikenV1alpha1().Machines().Get(ctx, leader, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("the API (down while the leader tries %s): %v", bad[1], err)
+		}
+		failed, cpReady := false, false
+		for _, c := range m.Status.Conditions {
+			failed = failed || (c.Type == likenv1.ConditionTrialFailed && c.Status == metav1.ConditionTrue)
+			cpReady = cpReady || (c.Type == likenv1.ConditionControlPlaneReady && c.Status == metav1.ConditionTrue)
+		}
+		if m.Status.Observed.BootID == proven.Status.Observed.BootID {
+			return poll.Continue("%s: still the boot before the release", leader)
+		}
+		if !failed || !cpReady || m.Status.Version != ver[1] {
+			return poll.Continue("%s: %s on %q from slot %q, trial failed %v, control plane ready %v", leader, m.Status.Phase, m.Status.Version, m.Status.Slot, failed, cpReady)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(15*time.Minute), poll.WithDelay(5*time.Second))
+	t.Logf("%s: trial of %s failed; back on its proven slot with its control plane ready in %s", leader, bad[1], time.Since(start).Round(time.Second))
+	back, err := lk.LikenV1alpha1().Machines().Get(ctx, leader, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, back.Status.Version, ver[1])
+	assert.Equal(t, back.Status.Slot, proven.Status.Slot)
+	after, err := kube.CoreV1().ConfigMaps("default").Get(ctx, apiprobe.DefaultName, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, after.Data, kept.Data)
+	c, err = lk.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Assert(t, c.Status.Halt != nil && c.Status.Halt.Reason == likenv1.ReasonTrialFailed, "Cluster halt: %+v", c.Status.Halt)
+	w, err := lk.LikenV1alpha1().Machines().Get(ctx, st.Machines[1].Name, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, w.Status.Version, ver[1], "the worker tried the release the rollout halted on")
 }
 
 // operatorOnFleet waits until cluster-operator's Deployment has replicas
