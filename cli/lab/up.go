@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	v1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/cmdutil"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/generated/clientset/versioned"
@@ -327,13 +328,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 // line that points kubectl at it.
 func printUp(st *State, out, log io.Writer) {
 	fmt.Fprintf(log, "\nLab %s is up. Next:\n  kubectl get clusters -o wide\n  kubectl get machines -o wide\n  liken lab publish --name %s\n  liken lab down --name %s\n\n", st.Name, st.Name, st.Name)
-	fmt.Fprintf(out, "export KUBECONFIG=%s\n", shellQuote(st.Kubeconfig))
-}
-
-// shellQuote quotes s for a POSIX shell, so that eval "$(liken lab up)"
-// sets the path whatever it holds (spaces, $, quotes).
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	fmt.Fprintf(out, "export KUBECONFIG=%s\n", cmdutil.ShellQuote(st.Kubeconfig))
 }
 
 func roleOf(i, leaders int) string {

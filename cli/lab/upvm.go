@@ -220,15 +220,11 @@ const labAdmin = "liken-lab-admin"
 // certificate of the cluster's client CA in system:masters, valid for a
 // year, for the API at server.
 func writeAdminKubeconfig(path string, id *layer.Identity, server string) error {
-	ca, err := pki.ParseCA(id.Files["client-ca.crt"], id.Files["client-ca.key"])
+	k, err := layer.AdminKubeconfig(id, layer.AdminRequest{Server: server, User: labAdmin, Groups: []string{layer.AdminGroup}, Now: time.Now(), Validity: 365 * 24 * time.Hour})
 	if err != nil {
-		return fmt.Errorf("the lab's client CA: %w", err)
+		return fmt.Errorf("the lab's admin kubeconfig: %w", err)
 	}
-	cert, err := ca.Issue(pki.Request{CommonName: labAdmin, Organizations: []string{"system:masters"}, Usage: pki.ClientAuth, Now: time.Now(), Validity: 365 * 24 * time.Hour})
-	if err != nil {
-		return err
-	}
-	return pki.WriteKubeconfig(path, pki.Kubeconfig{Server: server, CA: id.Files["server-ca.crt"], Client: cert})
+	return pki.WriteKubeconfig(path, k)
 }
 
 // waitAPIReady waits until the API answers /readyz through the lab's

@@ -2,24 +2,29 @@
 package layer
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
+	"liken.sh/liken/internal/atomicfile"
+	"liken.sh/liken/internal/pki"
 )
 
 // NewCommand returns the liken layer command and its subcommands.
 func NewCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "layer",
-		Short: "Create the cluster identity and pack or inspect deployment layers",
+		Short: "Create the cluster identity, pack or inspect deployment layers, and issue admin kubeconfigs",
 		Long: `A deployment layer is the small archive every machine boots with, next to
 the read-only OS image. It holds the Cluster document, the Machine
 documents and the cluster identity (its certificate authorities, key pairs
@@ -51,11 +56,14 @@ oversized members or archives, naming the member.`,
   liken layer pack -f cluster.yaml -f machines.yaml --identity ./mycluster-identity -o layer.tgz
 
   # See what a layer holds
-  liken layer inspect layer.tgz`,
+  liken layer inspect layer.tgz
+
+  # Get a day's administrator kubeconfig for the cluster's API
+  liken layer kubeconfig --identity ./mycluster-identity --server 10.0.0.10:6443 -o admin.kubeconfig`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newGenerateCommand(), newPackCommand(), newInspectCommand())
+	cmd.AddCommand(newGenerateCommand(), newPackCommand(), newInspectCommand(), newKubeconfigCommand())
 	return cmd
 }
 
@@ -227,6 +235,97 @@ SHA-256 over the public key (PKIX, DER).`,
 		},
 	}
 	cmd.Flags().BoolVar(&documents, "documents", false, "Also print the Cluster and Machine documents.")
+	return cmd
+}
+
+func newKubeconfigCommand() *cobra.Command {
+	var (
+		identity, server, user, output string
+		groups                         []string
+		validity                       time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "kubeconfig --identity DIR --server URL -o FILE",
+		Short: "Write an administrator's kubeconfig signed by the cluster identity's client CA",
+		Long: `Write a kubeconfig for the cluster's API at --server: it trusts the
+identity's server CA, and authenticates with a client certificate issued
+now by the identity's client CA, naming --user and, as its groups,
+--group (system:masters unless told otherwise: allowed everything).
+
+--server is the Cluster's spec.network.endpoint, host:port or URL; it is
+normalised as the machines normalise it (https://, and port 443 for an
+https URL without one).
+
+The certificate is valid for --valid-for, a day unless told otherwise. Keep
+it short: a certificate cannot be revoked, short of replacing the client
+CA on every machine, so a copied kubeconfig gives its holder the cluster
+until it expires. Issue another when it has.
+
+The command needs the identity's private keys (the folder liken layer
+generate wrote, not a worker's layer) and never replaces a file: FILE is
+created with mode 0600. It prints the line that points kubectl at FILE,
+so that eval "$(liken layer kubeconfig ...)" sets KUBECONFIG.`,
+		Example: `  # A day's administrator kubeconfig for mycluster's API
+  liken layer kubeconfig --identity ./mycluster-identity --server 10.0.0.10:6443 -o admin.kubeconfig
+
+  # Point kubectl at it in this shell
+  eval "$(liken layer kubeconfig --identity ./mycluster-identity --server https://api.example.com:6443 -o admin.kubeconfig)"
+
+  # An hour's kubeconfig for user alice in group ops (bind ops to a role first)
+  liken layer kubeconfig --identity ./mycluster-identity --server 10.0.0.10:6443 --user alice --group ops --valid-for 1h -o alice.kubeconfig`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case output == "":
+				return fmt.Errorf("no output file: pass -o FILE, such as -o admin.kubeconfig")
+			case identity == "":
+				return fmt.Errorf("no identity: pass --identity DIR, the folder liken layer generate wrote")
+			}
+			if _, err := os.Lstat(output); err == nil {
+				return fmt.Errorf("%s already exists: remove it or choose another name; liken layer kubeconfig never replaces a file", output)
+			}
+			if _, err := APIServerURL(server); err != nil {
+				return err
+			}
+			id, err := loadSigningIdentity(identity)
+			if err != nil {
+				return err
+			}
+			if len(groups) == 0 {
+				groups = []string{AdminGroup}
+			}
+			k, err := AdminKubeconfig(id, AdminRequest{Server: server, User: user, Groups: groups, Now: time.Now(), Validity: validity})
+			if err != nil {
+				return err
+			}
+			b, err := pki.EncodeKubeconfig(k)
+			if err != nil {
+				return err
+			}
+			if err := atomicfile.WriteNew(output, b, 0o600); err != nil {
+				if errors.Is(err, fs.ErrExist) {
+					return fmt.Errorf("%s already exists: remove it or choose another name; liken layer kubeconfig never replaces a file", output)
+				}
+				return fmt.Errorf("writing %s: %w", output, err)
+			}
+			abs, err := filepath.Abs(output)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "Wrote %s (mode 0600): user %s in %s for %s, valid until %s.\n"+
+				"Whoever holds it acts as %s until then; it cannot be revoked: keep it private and delete it when done.\n",
+				output, user, strings.Join(groups, ", "), k.Server, k.Client.Cert.NotAfter.Local().Format("2006-01-02 15:04 MST"), user)
+			fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", cmdutil.ShellQuote(abs))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&identity, "identity", "", "Directory of the cluster identity (written by liken layer generate), with its private keys.")
+	cmd.Flags().StringVar(&server, "server", "", "The API server: the Cluster's spec.network.endpoint, host:port or URL.")
+	cmd.Flags().StringVar(&user, "user", DefaultAdminUser, "User name in the certificate (its common name).")
+	cmd.Flags().StringArrayVar(&groups, "group", nil, "Group in the certificate (its organization; repeatable). Default "+AdminGroup+".")
+	cmd.Flags().DurationVar(&validity, "valid-for", DefaultAdminValidity, "How long the certificate is valid; it cannot be revoked, so keep this short.")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Kubeconfig file to create, such as admin.kubeconfig; never replaced.")
+	_ = cmd.MarkFlagDirname("identity")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package atomicfile
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,6 +57,50 @@ func TestWrite(t *testing.T) {
 	b, err := os.ReadFile(path)
 	assert.NilError(t, err)
 	assert.Equal(t, string(b), "two")
+}
+
+// TestWriteNew: WriteNew creates a file with its mode, and refuses any
+// existing path, leaving it as it was and no temporary file behind.
+func TestWriteNew(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, path string)
+		want  string // the file's content afterwards
+		err   error
+	}{
+		{name: "a new file", want: "new"},
+		{name: "an existing file", setup: func(t *testing.T, path string) {
+			assert.NilError(t, os.WriteFile(path, []byte("old"), 0o644))
+		}, want: "old", err: fs.ErrExist},
+		{name: "a dangling link", setup: func(t *testing.T, path string) {
+			assert.NilError(t, os.Symlink(filepath.Join(filepath.Dir(path), "nowhere"), path))
+		}, err: fs.ErrExist},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "admin.kubeconfig")
+			if tc.setup != nil {
+				tc.setup(t, path)
+			}
+			err := WriteNew(path, []byte("new"), 0o600)
+			if tc.err != nil {
+				assert.Check(t, errors.Is(err, tc.err), "error %v", err)
+			} else {
+				assert.NilError(t, err)
+				st, err := os.Stat(path)
+				assert.NilError(t, err)
+				assert.Equal(t, st.Mode().Perm(), os.FileMode(0o600))
+			}
+			if tc.want != "" {
+				b, err := os.ReadFile(path)
+				assert.NilError(t, err)
+				assert.Equal(t, string(b), tc.want)
+			}
+			entries, err := os.ReadDir(dir)
+			assert.NilError(t, err)
+			assert.Equal(t, len(entries), 1, "a temporary file is left: %v", entries)
+		})
+	}
 }
 
 func stream(s string) func(io.Writer) error {

@@ -341,23 +341,13 @@ type Kubeconfig struct {
 }
 
 // WriteKubeconfig writes a kubeconfig holding the server, its CA and the
-// client's certificate and key (mode 0600, atomically). Its cluster and
-// context are "liken", its user the certificate's common name.
+// client's certificate and key (mode 0600, atomically), as
+// EncodeKubeconfig encodes it.
 func WriteKubeconfig(path string, k Kubeconfig) error {
 	if k.Server == "" || len(k.CA) == 0 || k.Client == nil {
 		return fmt.Errorf("kubeconfig %s needs a server, a CA and a client certificate", path)
 	}
-	keyPEM, err := k.Client.KeyPEM()
-	if err != nil {
-		return err
-	}
-	user := k.Client.Cert.Subject.CommonName
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: k.Server, CertificateAuthorityData: k.CA}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: k.Client.CertPEM(), ClientKeyData: keyPEM}
-	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: user}
-	cfg.CurrentContext = "liken"
-	b, err := clientcmd.Write(*cfg)
+	b, err := EncodeKubeconfig(k)
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", path, err)
 	}
@@ -365,6 +355,26 @@ func WriteKubeconfig(path string, k Kubeconfig) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// EncodeKubeconfig is the kubeconfig holding the server, its CA and the
+// client's certificate and key. Its cluster and context are "liken", its
+// user the certificate's common name.
+func EncodeKubeconfig(k Kubeconfig) ([]byte, error) {
+	if k.Server == "" || len(k.CA) == 0 || k.Client == nil {
+		return nil, errors.New("a kubeconfig needs a server, a CA and a client certificate")
+	}
+	keyPEM, err := k.Client.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	user := k.Client.Cert.Subject.CommonName
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["liken"] = &clientcmdapi.Cluster{Server: k.Server, CertificateAuthorityData: k.CA}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: k.Client.CertPEM(), ClientKeyData: keyPEM}
+	cfg.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: user}
+	cfg.CurrentContext = "liken"
+	return clientcmd.Write(*cfg)
 }
 
 // newSerial is a random 127-bit serial number.

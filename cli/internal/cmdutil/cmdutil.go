@@ -1,4 +1,4 @@
-// Package cmdutil holds small helpers shared by the liken commands: argument checks and human-readable figures.
+// Package cmdutil holds small helpers shared by the liken commands: argument checks, human-readable figures and shell quoting.
 package cmdutil
 
 import (
@@ -57,4 +57,11 @@ func HumanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// ShellQuote quotes s for a POSIX shell, so that a printed line such as
+// export KUBECONFIG=... reads back s whatever it holds (spaces, $, quotes)
+// when eval'd.
+func ShellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

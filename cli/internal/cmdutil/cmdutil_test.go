@@ -1,6 +1,7 @@
 package cmdutil
 
 import (
+	"os/exec"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -25,4 +26,18 @@ func TestArgs(t *testing.T) {
 	assert.ErrorContains(t, MaxArgs("CLUSTER")(cmd, []string{"a", "b"}), "too many arguments (b)")
 	assert.Equal(t, Plural(1, "machine", "machines"), "1 machine")
 	assert.Equal(t, Plural(2, "machine", "machines"), "2 machines")
+}
+
+// TestShellQuote: the shell reads back every path as it was.
+func TestShellQuote(t *testing.T) {
+	for _, path := range []string{
+		"/home/ops/.local/state/liken/labs/lab/controlplane/kubeconfigs/admin.kubeconfig",
+		"/home/o ps/labs/a b",
+		"/tmp/$(touch /tmp/pwned)/`id`/x",
+		"/tmp/it's/here",
+	} {
+		out, err := exec.Command("sh", "-c", "eval \"$1\"; printf %s \"$KUBECONFIG\"", "sh", "export KUBECONFIG="+ShellQuote(path)).Output()
+		assert.NilError(t, err)
+		assert.Equal(t, string(out), path, "the shell read back another path")
+	}
 }
