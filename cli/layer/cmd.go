@@ -24,7 +24,7 @@ import (
 func NewCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "layer",
-		Short: "Create the cluster identity, pack or inspect deployment layers, and issue admin kubeconfigs",
+		Short: "Create the cluster identity, pack or inspect layers, issue admin kubeconfigs",
 		Long: `A deployment layer is the small archive every machine boots with, next to
 the read-only OS image. It holds the Cluster document, the Machine
 documents and the cluster identity (its certificate authorities, key pairs
@@ -269,7 +269,7 @@ so that eval "$(liken layer kubeconfig ...)" sets KUBECONFIG.`,
   liken layer kubeconfig --identity ./mycluster-identity --server 10.0.0.10:6443 -o admin.kubeconfig
 
   # Point kubectl at it in this shell
-  eval "$(liken layer kubeconfig --identity ./mycluster-identity --server https://api.example.com:6443 -o admin.kubeconfig)"
+  export KUBECONFIG=$PWD/admin.kubeconfig
 
   # An hour's kubeconfig for user alice in group ops (bind ops to a role first)
   liken layer kubeconfig --identity ./mycluster-identity --server 10.0.0.10:6443 --user alice --group ops --valid-for 1h -o alice.kubeconfig`,
