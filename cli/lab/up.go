@@ -480,7 +480,7 @@ spec:
 			// reachable. The process lab's leaders have no address and run
 			// no control plane (it runs on this computer), so their reach
 			// URLs only name them.
-			b.WriteString(labReachAnnotations(n))
+			b.WriteString(reachAnnotations(n, leaderPorts{nodecp.APIServerPort, nodecp.EtcdClientPort, nodecp.EtcdPeerPort}))
 		}
 		fmt.Fprintf(&b, "spec:\n  cluster: %s\n  role: %s\n  rebootPolicy: %s\n", o.name, roleOf(i, o.leaders), o.policy)
 		if !o.vm {
@@ -491,13 +491,13 @@ spec:
 	return b.String()
 }
 
-// labReachAnnotations is a lab leader's metadata.annotations block: its
-// reach URLs, its name with the components' ports.
-func labReachAnnotations(machine string) string {
+// reachAnnotations is a lab leader's metadata.annotations block: its
+// reach URLs, https on host at the ports p.
+func reachAnnotations(host string, p leaderPorts) string {
 	return fmt.Sprintf("  annotations:\n    %s: https://%s:%d\n    %s: https://%s:%d\n    %s: https://%s:%d\n",
-		v1.AnnotationAPIServerURL, machine, nodecp.APIServerPort,
-		v1.AnnotationEtcdClientURL, machine, nodecp.EtcdClientPort,
-		v1.AnnotationEtcdPeerURL, machine, nodecp.EtcdPeerPort)
+		v1.AnnotationAPIServerURL, host, p.api,
+		v1.AnnotationEtcdClientURL, host, p.etcdClient,
+		v1.AnnotationEtcdPeerURL, host, p.etcdPeer)
 }
 
 // installMachine does what liken's installer does on a new machine: slot A

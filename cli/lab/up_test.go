@@ -58,7 +58,7 @@ func TestFleetDocumentsPack(t *testing.T) {
 			if o.vm && o.leaders > 1 {
 				reach = map[string]string{}
 				for i, n := range machineNames(o.leaders) {
-					reach[n] = leaderPorts{30000 + 3*i, 30001 + 3*i, 30002 + 3*i}.annotations()
+					reach[n] = reachAnnotations("10.0.2.2", leaderPorts{30000 + 3*i, 30001 + 3*i, 30002 + 3*i})
 				}
 			}
 			docs := fleetDocuments(o, "https://10.0.2.2:7443", "http://10.0.2.2:8080", "2026.10.10-001",

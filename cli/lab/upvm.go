@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	v1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/internal/pki"
@@ -29,23 +28,13 @@ import (
 // channel and the API endpoint, a loopback port forwarded to a ready
 // leader (liken lab serve-endpoint).
 
-// leaderPorts are the loopback ports QEMU forwards to one leader's API
-// server, etcd client and etcd peer ports.
+// leaderPorts are where a leader's API server, etcd client and etcd peer
+// are reached: in the VM lab, the loopback ports QEMU forwards to them.
 type leaderPorts struct{ api, etcdClient, etcdPeer int }
 
 // forwards is the leader's hostfwd map: loopback port to the leader's port.
 func (p leaderPorts) forwards() map[int]int {
 	return map[int]int{p.api: nodecp.APIServerPort, p.etcdClient: nodecp.EtcdClientPort, p.etcdPeer: nodecp.EtcdPeerPort}
-}
-
-// annotations is the leader's reach URLs, as its Machine's annotations
-// block: the other leaders reach it through this computer (QEMU's
-// qemu.HostAddress), at its forwarded ports.
-func (p leaderPorts) annotations() string {
-	return fmt.Sprintf("  annotations:\n    %s: https://%s:%d\n    %s: https://%s:%d\n    %s: https://%s:%d\n",
-		v1.AnnotationAPIServerURL, qemu.HostAddress, p.api,
-		v1.AnnotationEtcdClientURL, qemu.HostAddress, p.etcdClient,
-		v1.AnnotationEtcdPeerURL, qemu.HostAddress, p.etcdPeer)
 }
 
 // freeLoopbackPorts returns n distinct ports of the loopback that are free
@@ -125,7 +114,7 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 		if o.leaders > 1 {
 			// A sole leader talks only to itself; several reach one
 			// another through this computer.
-			reach[n] = p.annotations()
+			reach[n] = reachAnnotations(qemu.HostAddress, p)
 		}
 	}
 	caFile := filepath.Join(dir, "server-ca.crt")
