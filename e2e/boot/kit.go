@@ -109,7 +109,7 @@ func (k *Kit) fetch(logf func(string, ...any)) error {
 	if err != nil {
 		if _, serr := os.Stat(filepath.Join(root, ".liken-packages")); serr == nil {
 			logf("using the packages already unpacked in %s (%v)", root, err)
-			k.Tools = &qemu.Tools{Root: root}
+			k.Tools = &qemu.Tools{Root: root, Accel: os.Getenv(qemu.AccelEnv)}
 			return nil
 		}
 		return err

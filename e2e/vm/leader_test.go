@@ -110,6 +110,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 	nodeReady := func(bootID string) { a.nodeReady(t, m, bootID, 10*time.Minute) }
 	nodeReady("")
 	t.Logf("vm-1: Node Ready on its own API server %s after power on", time.Since(m.qemu.Started).Round(time.Second))
+	m.consoleClean()
 	machineOn := func() {
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
 			got, err := liken.LikenV1alpha1().Machines().Get(ctx, "vm-1", metav1.GetOptions{})

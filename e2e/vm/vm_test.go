@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,6 +199,23 @@ func (m *vm) powerOn() {
 			m.l.t.Logf("%s console (boot %d), last 6000 bytes:\n%s", m.name, m.boots, tail(string(b), 6000))
 		}
 	})
+}
+
+// unitFailures are console lines of a unit that cannot start on liken's
+// root: a write to the read-only image, or systemd unable to set up the
+// unit's sandbox.
+var unitFailures = regexp.MustCompile(`(?im)^.*(read-only file system|status=[0-9]+/NAMESPACE).*$`)
+
+// consoleClean checks that the image's units started on the machine's
+// current boot: no write hit the read-only root, and
+// systemd-timesyncd, whose sandbox needs a writable /tmp, runs.
+func (m *vm) consoleClean() {
+	m.l.t.Helper()
+	b, err := os.ReadFile(m.log)
+	assert.NilError(m.l.t, err)
+	bad := unitFailures.FindAllString(string(b), 5)
+	assert.Check(m.l.t, len(bad) == 0, "%s's console:\n%s", m.name, strings.Join(bad, "\n"))
+	assert.Check(m.l.t, is.Contains(string(b), "Started systemd-timesyncd.service"), "%s: systemd-timesyncd did not start", m.name)
 }
 
 func tail(s string, n int) string {
@@ -475,6 +493,7 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 	// on a loaded 2-core host once took more than 8 minutes to register.
 	for _, m := range ms {
 		t.Logf("%s: Node Ready %s after power on", m.name, m.waitNodeReady(15*time.Minute).Round(time.Second))
+		m.consoleClean()
 	}
 	// The machines joined through TLS bootstrap with the layer's join
 	// token, under NodeRestriction, and liken-node reports the release.

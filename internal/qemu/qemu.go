@@ -27,13 +27,25 @@ var Packages = []string{
 type Tools struct {
 	// Root is the folder the packages are unpacked into.
 	Root string
+	// Accel is QEMU's accelerator: "tcg" (software emulation, when empty)
+	// or "kvm". Fetch takes it from AccelEnv.
+	Accel string
 }
+
+// AccelEnv names the accelerator the machines run with: unset or "tcg"
+// for software emulation, "kvm" on a host whose KVM runs guests. KVM is
+// never chosen on its own: on some hosts its device answers and guests
+// then hang (docs/development.md).
+const AccelEnv = "LIKEN_QEMU_ACCEL"
 
 // Fetch downloads Packages and extra with apt-get download into dir/debs
 // and unpacks them into dir/root, unless dir/root already holds exactly
 // this set. logf receives progress lines.
 func Fetch(dir string, extra []string, logf func(string, ...any)) (*Tools, error) {
-	t := &Tools{Root: filepath.Join(dir, "root")}
+	t := &Tools{Root: filepath.Join(dir, "root"), Accel: os.Getenv(AccelEnv)}
+	if t.Accel != "" && t.Accel != "tcg" && t.Accel != "kvm" {
+		return nil, fmt.Errorf("%s=%q: give tcg (software emulation, the default) or kvm", AccelEnv, t.Accel)
+	}
 	debs := filepath.Join(dir, "debs")
 	if err := os.MkdirAll(debs, 0o755); err != nil {
 		return nil, err
@@ -136,8 +148,8 @@ type Hardware struct {
 	Forwards map[int]int
 }
 
-// Args are a machine's QEMU flags: software emulation (KVM runs no guest
-// on the machines liken is developed on), no display, the serial console
+// Args are a machine's QEMU flags: the accelerator (software emulation
+// unless Accel says kvm), no display, the serial console
 // on console (stdio, or file:PATH), the disk on virtio.
 func (t *Tools) Args(disk string, hw Hardware, console string) []string {
 	nic := []string{"-nic", "none"}
@@ -151,8 +163,12 @@ func (t *Tools) Args(disk string, hw Hardware, console string) []string {
 		}
 		nic = []string{"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile="}
 	}
+	accel := t.Accel
+	if accel == "" {
+		accel = "tcg"
+	}
 	return append(nic,
-		"-accel", "tcg", "-machine", "pc", "-m", strconv.Itoa(hw.MemoryMiB), "-smp", strconv.Itoa(hw.CPUs),
+		"-accel", accel, "-machine", "pc", "-m", strconv.Itoa(hw.MemoryMiB), "-smp", strconv.Itoa(hw.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
 		"-monitor", "none", "-serial", console,
 		"-L", filepath.Join(t.Root, "usr/share/seabios"), "-L", filepath.Join(t.Root, "usr/share/qemu"),

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"os"
 	"slices"
 	"testing"
 
@@ -29,4 +30,23 @@ func TestArgsForwards(t *testing.T) {
 	}
 	args := tools.Args("/d.img", Hardware{MemoryMiB: 512, CPUs: 1, Forwards: map[int]int{26443: 6443}}, "stdio")
 	assert.Check(t, !slices.Contains(args, "-netdev"), "a machine with no network got one: %q", args)
+}
+
+// TestAccel: machines are emulated unless LIKEN_QEMU_ACCEL asks for KVM,
+// and any other value is refused before anything is downloaded.
+func TestAccel(t *testing.T) {
+	hw := Hardware{MemoryMiB: 512, CPUs: 1}
+	for _, tc := range []struct{ accel, want string }{{"", "tcg"}, {"tcg", "tcg"}, {"kvm", "kvm"}} {
+		args := (&Tools{Root: "/q", Accel: tc.accel}).Args("/d.img", hw, "stdio")
+		i := slices.Index(args, "-accel")
+		assert.Assert(t, i >= 0, "no -accel in %q", args)
+		assert.Check(t, args[i+1] == tc.want, "Accel %q: -accel %s", tc.accel, args[i+1])
+	}
+	t.Setenv(AccelEnv, "hvf")
+	dir := t.TempDir()
+	_, err := Fetch(dir, nil, t.Logf)
+	assert.ErrorContains(t, err, `LIKEN_QEMU_ACCEL="hvf": give tcg (software emulation, the default) or kvm`)
+	entries, err := os.ReadDir(dir)
+	assert.NilError(t, err)
+	assert.Check(t, len(entries) == 0, "Fetch wrote %d entries before refusing", len(entries))
 }

@@ -16,6 +16,10 @@ const (
 	EtcdQuotaBytes = 1 << 30
 )
 
+// KubeletVolumePluginDir is the kubelet's flex volume folder, volumePluginDir
+// in the image's kubelet.yaml; the controller manager probes the same one.
+const KubeletVolumePluginDir = "/var/lib/kubelet/volume-plugins"
+
 // EtcdArgs are etcd's arguments on this leader, with the certificates of
 // Setup in dir. The initial cluster and its state are not among them: the
 // datastore's start decides them before every start and passes them in
@@ -108,6 +112,9 @@ func ControllerManagerArgs(dir string) []string {
 		"--cluster-signing-key-file=" + f(ClientCAKey),
 		"--controllers=*,-serviceaccount-token",
 		"--use-service-account-credentials=true",
+		// The image's root is read-only: the flex volume folder is the
+		// kubelet's, on /var.
+		"--flex-volume-plugin-dir=" + KubeletVolumePluginDir,
 	}, leaderElection...)
 }
 

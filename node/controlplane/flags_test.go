@@ -8,6 +8,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"liken.sh/liken/internal/srctree"
 )
 
 const dir = "/run/liken/control-plane"
@@ -116,6 +118,7 @@ func TestFlags(t *testing.T) {
 				{"--cluster-signing-cert-file", dir + "/client-ca.crt"},
 				{"--cluster-signing-key-file", dir + "/client-ca.key"},
 				{"--controllers", "*,-serviceaccount-token"},
+				{"--flex-volume-plugin-dir", "/var/lib/kubelet/volume-plugins"},
 				{"--use-service-account-credentials", "true"},
 			},
 		},
@@ -180,6 +183,17 @@ func TestFlagsRefuse(t *testing.T) {
 	assert.ErrorContains(t, err, "serviceCIDR")
 }
 
+// TestFlexVolumeFolderIsTheKubelets: the controller manager probes the
+// flex volume folder the image's kubelet.yaml names, on /var, since the
+// root is read-only.
+func TestFlexVolumeFolderIsTheKubelets(t *testing.T) {
+	repo, err := srctree.Find()
+	assert.NilError(t, err)
+	b, err := os.ReadFile(filepath.Join(repo, "image", "build", "rootfs", "etc", "kubernetes", "kubelet.yaml"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(b), "\nvolumePluginDir: "+KubeletVolumePluginDir+"\n"))
+}
+
 // TestFlagsNameSetupFiles checks that every file a component is given is
 // one Setup writes, and that no flag names a file elsewhere but etcd's data.
 func TestFlagsNameSetupFiles(t *testing.T) {
@@ -193,7 +207,7 @@ func TestFlagsNameSetupFiles(t *testing.T) {
 				continue
 			}
 			if !strings.HasPrefix(value, out+"/") {
-				assert.Check(t, is.Equal(value, EtcdDataDir), "%s %s names a file outside the setup folder", component, flag)
+				assert.Check(t, value == EtcdDataDir || value == KubeletVolumePluginDir, "%s %s names a file outside the setup folder: %s", component, flag, value)
 				continue
 			}
 			named++

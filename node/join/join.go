@@ -24,6 +24,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -128,7 +129,7 @@ func request(ctx context.Context, o Options) error {
 	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
 	name, uid, err := csr.RequestCertificateWithContext(ctx, cs, req, "", certificatesv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
 	if err != nil {
-		return fmt.Errorf("asking the cluster for a certificate for %s (is the join token right and not expired?): %w", User(o.Machine), err)
+		return fmt.Errorf("asking the cluster at %s for a certificate for %s: %s: %w", o.Bootstrap.Host, User(o.Machine), requestHint(err), err)
 	}
 	log.Info("Waiting for the cluster to approve and sign the certificate", "request", name)
 	certPEM, err := csr.WaitForCertificate(ctx, cs, name, uid)
@@ -148,6 +149,21 @@ func request(ctx context.Context, o Options) error {
 	}
 	log.Info("Joined: the machine has its own certificate", "request", name, "kubeconfig", o.Kubeconfig)
 	return nil
+}
+
+// requestHint says what a failed certificate request most likely means:
+// a refused join token, or an API that does not answer (yet).
+func requestHint(err error) string {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return "the cluster refused the join token (is it the fleet's, and not expired? liken layer pack makes a new layer with a new one)"
+	case apierrors.IsForbidden(err):
+		return "the join token may not ask for certificates (the binding liken:join:create-csr is missing: docs/guides/install.md, step 5)"
+	case errors.As(err, &status):
+		return "the API server refused the request"
+	}
+	return "the API does not answer (a leader's control plane may still be starting; liken-node tries again)"
 }
 
 // Check says why the kubeconfig at path cannot serve machine until

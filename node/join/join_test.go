@@ -8,7 +8,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -114,4 +117,40 @@ func TestWriteIsPrivate(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Dir(path))
 	assert.NilError(t, err)
 	assert.Equal(t, len(entries), 1, "no temporary file is left behind")
+}
+
+// TestJoinRequestErrors: a failed certificate request says whether the
+// cluster refused the join token or its API did not answer, and writes
+// nothing.
+func TestJoinRequestErrors(t *testing.T) {
+	status := func(code int, reason string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d}`, reason, code)
+		}
+	}
+	server := func(h http.Handler) string {
+		s := httptest.NewServer(h)
+		t.Cleanup(s.Close)
+		return s.URL
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	for _, tc := range []struct {
+		name, host, want string
+	}{
+		{"wrong token", server(status(http.StatusUnauthorized, "Unauthorized")), "the cluster refused the join token (is it the fleet's, and not expired?"},
+		{"no binding", server(status(http.StatusForbidden, "Forbidden")), "the join token may not ask for certificates (the binding liken:join:create-csr is missing"},
+		{"API down", down.URL, "the API does not answer (a leader's control plane may still be starting; liken-node tries again)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "kubeconfig")
+			err := Join(context.Background(), Options{Machine: "m1", Kubeconfig: path, Now: func() time.Time { return now },
+				Bootstrap: &rest.Config{Host: tc.host, BearerToken: "abcdef.0123456789abcdef"}})
+			assert.ErrorContains(t, err, "asking the cluster at "+tc.host+" for a certificate for system:node:m1: "+tc.want)
+			_, err = os.Stat(path)
+			assert.Assert(t, os.IsNotExist(err), "a failed join wrote %s", path)
+		})
+	}
 }

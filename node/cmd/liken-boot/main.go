@@ -255,6 +255,11 @@ func assemble(slot boot.Slot, parts map[string]string) error {
 	if err := mount("tmpfs", newRoot+"/var", "tmpfs", 0, "mode=0755"); err != nil {
 		return err
 	}
+	// /tmp: programs' scratch space, and where systemd makes a unit's
+	// private /dev (PrivateDevices, as systemd-timesyncd asks).
+	if err := mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
+	}
 	if err := mount(store, newRoot+"/var/lib/liken", "", unix.MS_MOVE, ""); err != nil {
 		return err
 	}
