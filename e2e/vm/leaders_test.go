@@ -4,7 +4,6 @@ package vme2e
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
@@ -22,9 +21,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/install"
 	"liken.sh/liken/cli/lab/endpoint"
-	"liken.sh/liken/internal/pki"
 	"liken.sh/liken/internal/qemu"
-	"liken.sh/liken/node/controlplane"
 )
 
 // TestThreeLeadersKeepTheirQuorum: three Leaders run the datastore and the
@@ -98,46 +95,12 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 	go func() { _ = fw.Serve(fwCtx, ln) }()
 	a := newAdmin(t, l, fmt.Sprintf("https://127.0.0.1:%d", ep))
 
-	// The host's view of the datastore: a client of etcd/server-ca at each
-	// leader's forwarded client port.
-	etcdCA, err := pki.ParseCA(l.identity.Files["etcd/server-ca.crt"], l.identity.Files["etcd/server-ca.key"])
-	assert.NilError(t, err)
-	etcdCert, err := etcdCA.Issue(pki.Request{CommonName: "liken-e2e-etcd", Usage: pki.ClientAuth, Now: time.Now(), Validity: 2 * time.Hour})
-	assert.NilError(t, err)
-	etcdKey, err := etcdCert.KeyPEM()
-	assert.NilError(t, err)
-	pair, err := tls.X509KeyPair(etcdCert.CertPEM(), etcdKey)
-	assert.NilError(t, err)
-	etcdRoots := x509.NewCertPool()
-	assert.Assert(t, etcdRoots.AppendCertsFromPEM(l.identity.Files["etcd/server-ca.crt"]))
-	etcd := controlplane.NewEtcdClient(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: etcdRoots, MinVersion: tls.VersionTLS12})
-	etcd.Timeout = 5 * time.Second
-	// quorum waits until every leader is a started voter, as each member
-	// lists them, and healthy.
-	quorum := func(timeout time.Duration) {
-		t.Helper()
-		poll.WaitOn(t, func(poll.LogT) poll.Result {
-			for _, n := range names {
-				u := fmt.Sprintf("https://127.0.0.1:%d", reaches[n].client)
-				members, err := etcd.MemberList(ctx, u)
-				if err != nil {
-					return poll.Continue("%s: %v", n, err)
-				}
-				var voters []string
-				for _, mb := range members {
-					if mb.Name != "" && !mb.IsLearner {
-						voters = append(voters, mb.Name)
-					}
-				}
-				if len(voters) != len(names) || len(members) != len(names) {
-					return poll.Continue("%s lists %d members, voters %v", n, len(members), voters)
-				}
-				if _, err := etcd.Health(ctx, u); err != nil {
-					return poll.Continue("%s: %v", n, err)
-				}
-			}
-			return poll.Success()
-		}, poll.WithTimeout(timeout), poll.WithDelay(3*time.Second))
+	// The host's view of the datastore: each leader's forwarded client
+	// port.
+	etcd := etcdClient(t, l.identity)
+	urls := map[string]string{}
+	for _, n := range names {
+		urls[n] = fmt.Sprintf("https://127.0.0.1:%d", reaches[n].client)
 	}
 
 	// The first leader alone bootstraps the datastore; the two others
@@ -158,7 +121,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 	joined := time.Now()
 	vms[1].powerOn()
 	vms[2].powerOn()
-	quorum(25 * time.Minute)
+	waitDatastore(t, etcd, urls, 25*time.Minute)
 	t.Logf("vm-2 and vm-3 joined: three voters, all healthy, %s after their power on", time.Since(joined).Round(time.Second))
 	for _, m := range vms {
 		a.nodeReady(t, m, "", 15*time.Minute)
@@ -190,7 +153,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 
 	vms[1].powerOn()
 	back := time.Now()
-	quorum(20 * time.Minute)
+	waitDatastore(t, etcd, urls, 20*time.Minute)
 	a.nodeReady(t, vms[1], bootID, 15*time.Minute)
 	t.Logf("vm-2: its member votes again and its Node is Ready %s after power on", time.Since(back).Round(time.Second))
 }

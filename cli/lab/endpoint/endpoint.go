@@ -19,16 +19,26 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// Defaults of a Forwarder made by New: a leader that stops answering is
+// out of the turn within DefaultInterval plus DefaultTimeout.
+const (
+	// DefaultInterval is how often each backend's /readyz is checked.
+	DefaultInterval = time.Second
+	// DefaultTimeout bounds each check and each connection attempt.
+	DefaultTimeout = 2 * time.Second
+)
+
 // Forwarder sends each TCP connection it accepts, unchanged, to one of its
 // backends (API servers, as host:port): the next ready one in turn, or,
 // when none is ready, the first that accepts the connection. A backend is
 // ready while its GET /readyz answers 200 over TLS verified against the
 // CA.
 type Forwarder struct {
-	// Interval is how often each backend's /readyz is checked; New sets 1 s.
+	// Interval is how often each backend's /readyz is checked; New sets
+	// DefaultInterval.
 	Interval time.Duration
 	// Timeout bounds each check and each connection attempt to a backend;
-	// New sets 2 s.
+	// New sets DefaultTimeout.
 	Timeout time.Duration
 
 	backends []string
@@ -69,8 +79,8 @@ func New(backends []string, ca *x509.CertPool) (*Forwarder, error) {
 		return nil, errors.New("no CA: give the CA that signs the API servers' certificates")
 	}
 	return &Forwarder{
-		Interval: time.Second,
-		Timeout:  2 * time.Second,
+		Interval: DefaultInterval,
+		Timeout:  DefaultTimeout,
 		backends: append([]string(nil), backends...),
 		client: &http.Client{Transport: &http.Transport{
 			TLSClientConfig:   &tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12},
