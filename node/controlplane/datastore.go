@@ -2,8 +2,10 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -115,6 +117,13 @@ type StartDecision struct {
 	InitialCluster string
 	// InitialClusterState is ETCD_INITIAL_CLUSTER_STATE: new or existing.
 	InitialClusterState string
+	// InitialClusterToken is ETCD_INITIAL_CLUSTER_TOKEN, set by Start for
+	// Bootstrap only: a new random one for every new datastore, so that
+	// two datastores never share etcd's cluster and member IDs (a first
+	// leader installed again while the others were down starts one whose
+	// IDs would otherwise equal those of the fleet's: etcd would then take
+	// the two for one, and a raft log for another's).
+	InitialClusterToken string
 }
 
 // DecideStart decides how etcd starts on this leader, in the order of the
@@ -380,7 +389,12 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 
 		d := DecideStart(in)
 		switch d.Action {
-		case StartWithData, Bootstrap, StartAdded:
+		case Bootstrap:
+			if d.InitialClusterToken, err = newClusterToken(); err != nil {
+				return d, err
+			}
+			return d, writeStart(log, o.EnvFile, d)
+		case StartWithData, StartAdded:
 			return d, writeStart(log, o.EnvFile, d)
 		case MoveDataAsideThenJoin:
 			aside, err := o.Data.MoveAside(now)
@@ -445,6 +459,16 @@ func listMembers(ctx context.Context, c memberLister, clientURLs []string) ([]Me
 	return nil, "", errors.New(strings.Join(errs, "; "))
 }
 
+// newClusterToken is a new datastore's etcd cluster token: random, so its
+// cluster and member IDs are its own.
+func newClusterToken() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making the new datastore's cluster token: %w", err)
+	}
+	return "liken-" + hex.EncodeToString(b), nil
+}
+
 func writeStart(log klog.Logger, path string, d StartDecision) error {
 	if err := WriteEtcdEnv(path, d); err != nil {
 		return err
@@ -463,10 +487,11 @@ func WriteEtcdEnv(path string, d StartDecision) error {
 		if _, err := fmt.Fprintf(w, "# Written by liken-node before etcd starts: %s\n", d.Action); err != nil {
 			return err
 		}
-		for _, kv := range [][2]string{
-			{"ETCD_INITIAL_CLUSTER_STATE", d.InitialClusterState},
-			{"ETCD_INITIAL_CLUSTER", d.InitialCluster},
-		} {
+		vars := [][2]string{{"ETCD_INITIAL_CLUSTER_STATE", d.InitialClusterState}}
+		if d.InitialClusterToken != "" {
+			vars = append(vars, [2]string{"ETCD_INITIAL_CLUSTER_TOKEN", d.InitialClusterToken})
+		}
+		for _, kv := range append(vars, [2]string{"ETCD_INITIAL_CLUSTER", d.InitialCluster}) {
 			if err := checkEnvValue(kv[1]); err != nil {
 				return fmt.Errorf("%s: %w", kv[0], err)
 			}

@@ -227,7 +227,11 @@ func (f *etcdFleet) runEtcd(t *testing.T, l *etcdLeader, d StartDecision) {
 	t.Helper()
 	assert.Assert(t, l.kill == nil, "%s's etcd still runs", l.name)
 	env := readEtcdEnv(t, filepath.Join(l.setupDir, EtcdEnvFile))
-	assert.DeepEqual(t, env, map[string]string{"ETCD_INITIAL_CLUSTER_STATE": d.InitialClusterState, "ETCD_INITIAL_CLUSTER": d.InitialCluster})
+	want := map[string]string{"ETCD_INITIAL_CLUSTER_STATE": d.InitialClusterState, "ETCD_INITIAL_CLUSTER": d.InitialCluster}
+	if d.InitialClusterToken != "" {
+		want["ETCD_INITIAL_CLUSTER_TOKEN"] = d.InitialClusterToken
+	}
+	assert.DeepEqual(t, env, want)
 
 	args, err := EtcdArgs(l.cfg, l.setupDir)
 	assert.NilError(t, err)
@@ -527,5 +531,42 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		f.promote(ctx, t, l2)
 		ids = f.waitVoters(ctx, t, l1, l2, l3)
 		assert.Check(t, ids["l2"] != old, "l2 kept its member ID %x", old)
+	})
+
+	step("a first leader installed again while the others are down starts a second datastore; its health names the split", func(t *testing.T) {
+		for _, l := range f.leaders {
+			l.kill()
+		}
+		assert.NilError(t, os.RemoveAll(l1.dataDir))
+		d, _ := f.boot(ctx, t, l1, false)
+		assert.Equal(t, d.Action, Bootstrap, d.Reason)
+		f.waitVoters(ctx, t, l1)
+		api1, ready1 := apiStub(t, l1.setupDir)
+		ready1.Store(true)
+		// Alone, nothing tells it from a fresh fleet.
+		assert.NilError(t, l1.health(api1).Check(ctx))
+
+		// The others come back with their data: the fleet's datastore,
+		// in which l1 is still the old member.
+		for _, l := range []*etcdLeader{l2, l3} {
+			d, _ := f.boot(ctx, t, l, false)
+			assert.Equal(t, d.Action, StartWithData, d.Reason)
+		}
+		api2, ready2 := apiStub(t, l2.setupDir)
+		ready2.Store(true)
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if err := l2.health(api2).Check(ctx); err != nil {
+				return poll.Continue("l2: %v", err)
+			}
+			return poll.Success()
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
+		err := l1.health(api1).Check(ctx)
+		assert.ErrorContains(t, err, "two datastores: this leader's etcd member belongs to datastore ")
+		assert.ErrorContains(t, err, "(members: l1), but the leader at "+l2.clientURL+" answers for datastore ")
+		// The fleet's datastore lists its three members, in etcd's order.
+		assert.Check(t, is.Regexp(`answers for datastore [0-9a-f]+ \(members: l[123], l[123], l[123]\)\. This leader started a new one alone`, err.Error()))
+		assert.ErrorContains(t, err, "Install this leader again (liken install) now that the others run")
+		// The fleet's own leaders stay healthy: theirs is the larger one.
+		assert.NilError(t, l3.health(api2).Check(ctx))
 	})
 }

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -248,7 +250,7 @@ func TestStart(t *testing.T) {
 		wantAside   bool
 	}{
 		{name: "the first leader bootstraps after 30 s of silence", machine: 1,
-			wantEnv:    "# Written by liken-node before etcd starts: Bootstrap\nETCD_INITIAL_CLUSTER_STATE=new\nETCD_INITIAL_CLUSTER=l1=https://l1:2380\n",
+			wantEnv:    "# Written by liken-node before etcd starts: Bootstrap\nETCD_INITIAL_CLUSTER_STATE=new\nETCD_INITIAL_CLUSTER_TOKEN=liken-<random>\nETCD_INITIAL_CLUSTER=l1=https://l1:2380\n",
 			wantWaited: 30 * time.Second, wantLists: 7 * 3},
 		{name: "the first leader never bootstraps while the API answers", machine: 1, apiAnswer: true,
 			wantErr:    "etcd did not start: an API server answers at the endpoint but no leader's etcd answers",
@@ -320,6 +322,14 @@ func TestStart(t *testing.T) {
 				assert.Check(t, errors.Is(err, os.ErrNotExist), "etcd.env written while etcd must not start: %s", b)
 			} else {
 				assert.NilError(t, err)
+				// A new datastore's token is random: its own cluster and
+				// member IDs.
+				if d.Action == Bootstrap {
+					assert.Check(t, is.Regexp(`^liken-[0-9a-f]{16}$`, d.InitialClusterToken))
+					b = bytes.Replace(b, []byte(d.InitialClusterToken), []byte("liken-<random>"), 1)
+				} else {
+					assert.Check(t, is.Equal(d.InitialClusterToken, ""), "a token for a datastore that exists")
+				}
 				assert.Equal(t, string(b), tc.wantEnv)
 				assert.Equal(t, d.InitialCluster+"\n", string(b[len(b)-len(d.InitialCluster)-1:]))
 			}

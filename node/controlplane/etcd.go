@@ -81,11 +81,19 @@ func NewEtcdClientFromFiles(certFile, keyFile, caFile string) (*EtcdClient, erro
 // is served from that member's own state (not linearizable), so a member
 // cut off from quorum still answers: an answer proves a datastore exists.
 func (c *EtcdClient) MemberList(ctx context.Context, clientURL string) ([]Member, error) {
+	_, members, err := c.ClusterMembers(ctx, clientURL)
+	return members, err
+}
+
+// ClusterMembers is MemberList with the ID of the datastore the member at
+// clientURL belongs to (etcd's cluster ID, 0 when its answer had none):
+// two members with different IDs belong to two datastores.
+func (c *EtcdClient) ClusterMembers(ctx context.Context, clientURL string) (uint64, []Member, error) {
 	var resp membersResponse
 	if err := c.post(ctx, clientURL, "/v3/cluster/member/list", struct{}{}, &resp); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return resp.list(), nil
+	return uint64(resp.Header.ClusterID), resp.list(), nil
 }
 
 // MemberAdd adds a member with peerURL through the member at clientURL,
@@ -243,6 +251,9 @@ type idRequest struct {
 }
 
 type membersResponse struct {
+	Header struct {
+		ClusterID jsonUint64 `json:"cluster_id"`
+	} `json:"header"`
 	Members []jsonMember `json:"members"`
 }
 

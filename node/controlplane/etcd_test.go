@@ -144,6 +144,16 @@ func TestEtcdClient(t *testing.T) {
 	assert.Check(t, self.ID != 0)
 	assert.DeepEqual(t, self, Member{ID: self.ID, Name: "leader-a", PeerURLs: []string{peerURL}, ClientURLs: []string{clientURL}})
 
+	// The datastore's ID comes with the list; another datastore has another.
+	cluster, listed, err := c.ClusterMembers(ctx, clientURL)
+	assert.NilError(t, err)
+	assert.Check(t, cluster != 0, "no cluster ID")
+	assert.DeepEqual(t, listed, members)
+	otherURL, _, otherClient := startEtcd(t, "leader-z")
+	other, _, err := otherClient.ClusterMembers(ctx, otherURL)
+	assert.NilError(t, err)
+	assert.Check(t, other != 0 && other != cluster, "two datastores with cluster IDs %x and %x", cluster, other)
+
 	// A learner for a machine that has not started etcd yet.
 	learnerPeer := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
 	added, after, err := c.MemberAdd(ctx, clientURL, learnerPeer, true)

@@ -28,6 +28,10 @@ type Health struct {
 	Etcd string
 	// APIServer is this leader's API server (LocalAPIServer when empty).
 	APIServer string
+	// Peers are the other leaders' etcd client URLs. A peer that answers
+	// for another datastore at least as large as this leader's means this
+	// leader's datastore split off (Check).
+	Peers []string
 	// Timeout bounds each request (2 s when zero).
 	Timeout time.Duration
 }
@@ -56,7 +60,7 @@ func (h *Health) Check(ctx context.Context) error {
 		return fmt.Errorf("the control plane's certificates are not ready (liken-control-plane-setup.service makes them at boot): %w", err)
 	}
 	etcd.Timeout = timeout
-	members, err := etcd.MemberList(ctx, etcdURL)
+	cluster, members, err := etcd.ClusterMembers(ctx, etcdURL)
 	if err != nil && strings.Contains(err.Error(), errLearner) {
 		return errors.New("this leader's etcd member is a learner: liken-control-plane-init promotes it once it has caught up")
 	}
@@ -105,6 +109,30 @@ func (h *Health) Check(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
 		return fmt.Errorf("this leader's API server is not ready: %s answered %s: %s", u, resp.Status, failedChecks(body))
+	}
+	return h.splitFrom(ctx, etcd, cluster, members)
+}
+
+// splitFrom returns an error when a peer answers for another datastore
+// with at least as many members as this leader's (cluster, members): the
+// two datastores a first leader makes when it is installed again while
+// every other leader is down, and then bootstraps a new one alone
+// (docs/design/controlplane.md, "The datastore"). The other leaders'
+// datastore holds the fleet; this leader's must go. A peer that does not
+// answer proves nothing and is passed over.
+func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64, members []Member) error {
+	if cluster == 0 {
+		return nil
+	}
+	for _, p := range h.Peers {
+		other, theirs, err := etcd.ClusterMembers(ctx, p)
+		if err != nil || other == 0 || other == cluster || len(theirs) < len(members) {
+			continue
+		}
+		return fmt.Errorf("two datastores: this leader's etcd member belongs to datastore %x (%s), but the leader at %s answers for datastore %x (%s). "+
+			"This leader started a new one alone, as a first leader installed again while the other leaders were down does, and clients that reach its API server see another cluster. "+
+			"Install this leader again (liken install) now that the others run: it then joins their datastore (what was written to its own is lost)",
+			cluster, memberNames(members), p, other, memberNames(theirs))
 	}
 	return nil
 }

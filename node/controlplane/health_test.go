@@ -42,7 +42,7 @@ func apiStub(t *testing.T, setupDir string) (string, *atomic.Bool) {
 
 // health is leader l's control-plane check, its API server apiURL.
 func (l *etcdLeader) health(apiURL string) *Health {
-	return &Health{Machine: l.name, SetupDir: l.setupDir, Etcd: l.clientURL, APIServer: apiURL, Timeout: 2 * time.Second}
+	return &Health{Machine: l.name, SetupDir: l.setupDir, Etcd: l.clientURL, APIServer: apiURL, Peers: l.others, Timeout: 2 * time.Second}
 }
 
 // TestHealthWithoutSetup: a leader whose setup has not run yet (liken-node

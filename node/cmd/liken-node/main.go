@@ -175,9 +175,19 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		// A leader (liken install wrote leader/config.yaml on its layer
 		// partition) runs the control plane: its trial and its RestartK3s
 		// turn wait for it, and RestartK3s restarts it.
-		if _, err := os.Stat(filepath.Join(controlplane.LeaderDir, controlplane.ConfigFile)); err == nil {
+		if cfg, err := controlplane.Load(filepath.Join(controlplane.LeaderDir, controlplane.ConfigFile)); err == nil || !errors.Is(err, fs.ErrNotExist) {
 			a.Leader = true
-			o.ControlPlane = &controlplane.Health{Machine: f.machine, SetupDir: controlplane.SetupDir}
+			health := &controlplane.Health{Machine: f.machine, SetupDir: controlplane.SetupDir}
+			if err != nil {
+				// etcd-start refuses the same file and says why.
+				log.Error(err, "Reading this leader's control-plane configuration: its health check cannot ask the other leaders")
+			}
+			for _, l := range cfg.Leaders {
+				if l.Name != f.machine {
+					health.Peers = append(health.Peers, l.EtcdClient)
+				}
+			}
+			o.ControlPlane = health
 			log.Info("This machine is a leader: its trial and its RestartK3s turn wait for its own control plane")
 		}
 	case "record":
