@@ -268,7 +268,19 @@ var AgentUnits = []string{"containerd.service", "kubelet.service"}
 // ControlPlaneUnits are a leader's control-plane units, which a RestartK3s
 // change restarts with the node agent (their units order them: etcd, then
 // the API server, then the other two).
-var ControlPlaneUnits = []string{"etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service"}
+var ControlPlaneUnits = []string{"etcd.service", APIServerUnit, "kube-controller-manager.service", "kube-scheduler.service"}
+
+// APIServerUnit is a leader's API server's unit.
+const APIServerUnit = "kube-apiserver.service"
+
+// StopUnit stops a unit until it is started again (a RestartK3s change,
+// or the next boot).
+func (o *OS) StopUnit(ctx context.Context, unit string) error {
+	if err := o.run(ctx, "systemctl", "stop", unit); err != nil {
+		return fmt.Errorf("stopping %s: %w", unit, err)
+	}
+	return nil
+}
 
 // RestartUnits are the units a RestartK3s change restarts: the node
 // agent's, and on a leader its control plane's first.

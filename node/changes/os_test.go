@@ -2,6 +2,7 @@ package changes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -494,4 +495,21 @@ func TestRestartK3sOnALeader(t *testing.T) {
 		_, err := os.Stat(filepath.Join(repo, "image", "build", "rootfs", "etc", "systemd", "system", u))
 		assert.NilError(t, err, "liken's image has no unit %s", u)
 	}
+}
+
+// TestStopUnit: a split leader's fence stops its API server's unit, one
+// liken's image has, and a failure names the unit.
+func TestStopUnit(t *testing.T) {
+	ctx := context.Background()
+	var log cmdLog
+	o := &OS{Root: t.TempDir(), Run: log.run}
+	assert.NilError(t, o.StopUnit(ctx, APIServerUnit))
+	assert.DeepEqual(t, log.cmds, []string{"systemctl stop kube-apiserver.service"})
+	repo, err := srctree.Find()
+	assert.NilError(t, err)
+	_, err = os.Stat(filepath.Join(repo, "image", "build", "rootfs", "etc", "systemd", "system", APIServerUnit))
+	assert.NilError(t, err, "liken's image has no unit %s", APIServerUnit)
+
+	o.Run = func(context.Context, string, ...string) error { return errors.New("exit status 5") }
+	assert.Error(t, o.StopUnit(ctx, APIServerUnit), "stopping kube-apiserver.service: exit status 5")
 }

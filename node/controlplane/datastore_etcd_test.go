@@ -560,13 +560,27 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 			}
 			return poll.Success()
 		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
-		err := l1.health(api1).Check(ctx)
+		h1 := l1.health(api1)
+		fenced := 0
+		h1.Fence = func(context.Context) error { fenced++; ready1.Store(false); return nil }
+		err := h1.Check(ctx)
 		assert.ErrorContains(t, err, "two datastores: this leader's etcd member belongs to datastore ")
+		assert.ErrorContains(t, err, "; its API server is stopped, so that clients reach only the fleet's. Install this leader again")
+		assert.Equal(t, fenced, 1)
+		// Fenced, it still says why, not that its API server is down.
+		assert.ErrorContains(t, h1.Check(ctx), "two datastores: ")
+		assert.Equal(t, fenced, 2, "fenced again: the API server may have been started since")
+		h1.Fence = func(context.Context) error { return errors.New("systemctl failed") }
+		assert.ErrorContains(t, h1.Check(ctx), "; stopping its API server failed (systemctl failed), so clients that reach it see another cluster. Install this leader again")
+		err = l1.health(api1).Check(ctx)
 		assert.ErrorContains(t, err, "(members: l1), but the leader at "+l2.clientURL+" answers for datastore ")
 		// The fleet's datastore lists its three members, in etcd's order.
 		assert.Check(t, is.Regexp(`answers for datastore [0-9a-f]+ \(members: l[123], l[123], l[123]\)\. This leader started a new one alone`, err.Error()))
 		assert.ErrorContains(t, err, "Install this leader again (liken install) now that the others run")
-		// The fleet's own leaders stay healthy: theirs is the larger one.
-		assert.NilError(t, l3.health(api2).Check(ctx))
+		// The fleet's own leaders stay healthy, and unfenced: theirs is
+		// the larger one.
+		h3 := l3.health(api2)
+		h3.Fence = func(context.Context) error { t.Error("l3 fenced"); return nil }
+		assert.NilError(t, h3.Check(ctx))
 	})
 }

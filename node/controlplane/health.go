@@ -32,6 +32,10 @@ type Health struct {
 	// for another datastore at least as large as this leader's means this
 	// leader's datastore split off (Check).
 	Peers []string
+	// Fence, when set, stops this leader's API server once its datastore
+	// is found split off (Check), so that clients behind the endpoint
+	// reach only the fleet's. liken-node stops kube-apiserver.service.
+	Fence func(ctx context.Context) error
 	// Timeout bounds each request (2 s when zero).
 	Timeout time.Duration
 }
@@ -82,6 +86,11 @@ func (h *Health) Check(ctx context.Context) error {
 	if _, err := etcd.Health(ctx, etcdURL); err != nil {
 		return fmt.Errorf("this leader's etcd member is not healthy: %w", err)
 	}
+	// Before the API server: a fenced leader's API server is stopped, and
+	// the split is what to say.
+	if err := h.splitFrom(ctx, etcd, cluster, members); err != nil {
+		return err
+	}
 	caPEM, err := os.ReadFile(f(ServerCA.Cert()))
 	if err != nil {
 		return fmt.Errorf("the control plane's certificates are not ready: %w", err)
@@ -110,7 +119,7 @@ func (h *Health) Check(ctx context.Context) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
 		return fmt.Errorf("this leader's API server is not ready: %s answered %s: %s", u, resp.Status, failedChecks(body))
 	}
-	return h.splitFrom(ctx, etcd, cluster, members)
+	return nil
 }
 
 // splitFrom returns an error when a peer answers for another datastore
@@ -129,10 +138,17 @@ func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64
 		if err != nil || other == 0 || other == cluster || len(theirs) < len(members) {
 			continue
 		}
-		return fmt.Errorf("two datastores: this leader's etcd member belongs to datastore %x (%s), but the leader at %s answers for datastore %x (%s). "+
-			"This leader started a new one alone, as a first leader installed again while the other leaders were down does, and clients that reach its API server see another cluster. "+
-			"Install this leader again (liken install) now that the others run: it then joins their datastore (what was written to its own is lost)",
+		split := fmt.Sprintf("two datastores: this leader's etcd member belongs to datastore %x (%s), but the leader at %s answers for datastore %x (%s). "+
+			"This leader started a new one alone, as a first leader installed again while the other leaders were down does",
 			cluster, memberNames(members), p, other, memberNames(theirs))
+		fenced := "clients that reach its API server see another cluster"
+		if h.Fence != nil {
+			fenced = "its API server is stopped, so that clients reach only the fleet's"
+			if err := h.Fence(ctx); err != nil {
+				fenced = fmt.Sprintf("stopping its API server failed (%v), so clients that reach it see another cluster", err)
+			}
+		}
+		return fmt.Errorf("%s; %s. Install this leader again (liken install) now that the others run: it then joins their datastore (what was written to its own is lost)", split, fenced)
 	}
 	return nil
 }

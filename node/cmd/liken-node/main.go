@@ -187,6 +187,9 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 					health.Peers = append(health.Peers, l.EtcdClient)
 				}
 			}
+			// A leader whose datastore split off stops its API server
+			// (controlplane.Health.Check).
+			health.Fence = func(ctx context.Context) error { return a.StopUnit(ctx, changes.APIServerUnit) }
 			o.ControlPlane = health
 			log.Info("This machine is a leader: its trial and its RestartK3s turn wait for its own control plane")
 		}
