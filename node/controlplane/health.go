@@ -127,8 +127,9 @@ func (h *Health) Check(ctx context.Context) error {
 // two datastores a first leader makes when it is installed again while
 // every other leader is down, and then bootstraps a new one alone
 // (docs/design/controlplane.md, "The datastore"). The other leaders'
-// datastore holds the fleet; this leader's must go. A peer that does not
-// answer proves nothing and is passed over.
+// datastore holds the fleet; this leader's must go, and Fence stops its
+// API server (never when the two are as large: both would stop). A peer
+// that does not answer proves nothing and is passed over.
 func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64, members []Member) error {
 	if cluster == 0 {
 		return nil
@@ -138,9 +139,14 @@ func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64
 		if err != nil || other == 0 || other == cluster || len(theirs) < len(members) {
 			continue
 		}
-		split := fmt.Sprintf("two datastores: this leader's etcd member belongs to datastore %x (%s), but the leader at %s answers for datastore %x (%s). "+
-			"This leader started a new one alone, as a first leader installed again while the other leaders were down does",
+		split := fmt.Sprintf("two datastores: this leader's etcd member belongs to datastore %x (%s), but the leader at %s answers for datastore %x (%s)",
 			cluster, memberNames(members), p, other, memberNames(theirs))
+		if len(theirs) == len(members) {
+			// Stopping both API servers would leave none: the user says
+			// which datastore is the fleet's.
+			return fmt.Errorf("%s. The two are as large, so neither leader stops its API server. "+
+				"Install again the leaders whose datastore is not the fleet's (liken install): they then join the other (what was written to theirs is lost)", split)
+		}
 		fenced := "clients that reach its API server see another cluster"
 		if h.Fence != nil {
 			fenced = "its API server is stopped, so that clients reach only the fleet's"
@@ -148,7 +154,8 @@ func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64
 				fenced = fmt.Sprintf("stopping its API server failed (%v), so clients that reach it see another cluster", err)
 			}
 		}
-		return fmt.Errorf("%s; %s. Install this leader again (liken install) now that the others run: it then joins their datastore (what was written to its own is lost)", split, fenced)
+		return fmt.Errorf("%s. This leader started a new one alone, as a first leader installed again while the other leaders were down does; %s. "+
+			"Install this leader again (liken install) now that the others run: it then joins their datastore (what was written to its own is lost)", split, fenced)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,5 +59,54 @@ func TestFailedChecks(t *testing.T) {
 		{"shutting down", "shutting down"},
 	} {
 		assert.Equal(t, failedChecks([]byte(tc.body)), tc.want)
+	}
+}
+
+// TestSplitFrom: only a peer answering for another datastore at least as
+// large as this leader's (members l1) makes it unhealthy, and only a
+// strictly larger one stops its API server; a peer of the same datastore,
+// a smaller one, a silent one or one that does not say its ID prove
+// nothing.
+func TestSplitFrom(t *testing.T) {
+	gateway := func(cluster string, names ...string) string {
+		var ms []string
+		for i, n := range names {
+			ms = append(ms, fmt.Sprintf(`{"ID":"%d","name":%q,"peerURLs":["https://%s:2380"],"clientURLs":["https://%s:2379"]}`, i+1, n, n, n))
+		}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintf(w, `{"header":{"cluster_id":%q},"members":[%s]}`, cluster, strings.Join(ms, ","))
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	silent := httptest.NewServer(http.NotFoundHandler())
+	silent.Close()
+	ours := []Member{{ID: 1, Name: "l1"}}
+	for _, tc := range []struct {
+		name   string
+		peer   string
+		want   string // "" for healthy
+		fenced bool
+	}{
+		{name: "same datastore", peer: gateway("100", "l1", "l2", "l3")},
+		{name: "a smaller other datastore", peer: gateway("200")},
+		{name: "a silent peer", peer: silent.URL},
+		{name: "no cluster ID", peer: gateway("", "l1", "l2", "l3")},
+		{name: "a larger other datastore", peer: gateway("200", "l1", "l2", "l3"), fenced: true,
+			want: "two datastores: this leader's etcd member belongs to datastore 64 (members: l1), but the leader at PEER answers for datastore c8 (members: l1, l2, l3). This leader started a new one alone"},
+		{name: "as large as this one", peer: gateway("200", "l2"),
+			want: "two datastores: this leader's etcd member belongs to datastore 64 (members: l1), but the leader at PEER answers for datastore c8 (members: l2). The two are as large, so neither leader stops its API server. Install again the leaders whose datastore is not the fleet's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fenced := false
+			h := &Health{Peers: []string{tc.peer}, Fence: func(context.Context) error { fenced = true; return nil }}
+			err := h.splitFrom(context.Background(), &EtcdClient{HTTP: http.DefaultClient, Timeout: time.Second}, 100, ours)
+			if tc.want == "" {
+				assert.NilError(t, err)
+			} else {
+				assert.ErrorContains(t, err, strings.ReplaceAll(tc.want, "PEER", tc.peer))
+			}
+			assert.Equal(t, fenced, tc.fenced)
+		})
 	}
 }
