@@ -119,15 +119,13 @@ func (a *admin) nodeReady(t *testing.T, m *vm, notBoot string, timeout time.Dura
 		if err != nil {
 			return poll.Continue("Node %s: %v", m.name, err)
 		}
-		if notBoot != "" && n.Status.NodeInfo.BootID == notBoot {
+		switch {
+		case notBoot != "" && n.Status.NodeInfo.BootID == notBoot:
 			return poll.Continue("Node %s still shows the boot before", m.name)
+		case !nodeReady(n):
+			return poll.Continue("Node %s is not Ready", m.name)
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return poll.Success()
-			}
-		}
-		return poll.Continue("Node %s is not Ready", m.name)
+		return poll.Success()
 	}, poll.WithTimeout(timeout), poll.WithDelay(2*time.Second))
 }
 
@@ -243,15 +241,6 @@ func labUp(t *testing.T, name string, machines, leaders int) *userLab {
 	assert.Equal(t, l.cfg.Host, l.st.Endpoint)
 	operatorOnFleet(t, l.kube, 2)
 	return l
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 // publish runs liken lab publish (with --fault when fault is not empty)

@@ -237,14 +237,22 @@ func (m *vm) waitNodeReady(timeout time.Duration) time.Duration {
 		if err != nil {
 			return poll.Continue("Node %s: %v", m.name, err)
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return poll.Success()
-			}
+		if !nodeReady(n) {
+			return poll.Continue("Node %s is not Ready", m.name)
 		}
-		return poll.Continue("Node %s is not Ready", m.name)
+		return poll.Success()
 	}, poll.WithTimeout(timeout), poll.WithDelay(time.Second))
 	return time.Since(m.qemu.Started)
+}
+
+// nodeReady tells whether the Node's kubelet reports it Ready.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // machine reads the machine's Machine.

@@ -554,12 +554,18 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		}
 		api2, ready2 := apiStub(t, l2.setupDir)
 		ready2.Store(true)
+		// Two of three members, both starting cold, elect a leader with
+		// liken's 5 s election timeout (each draws 5 to 10 s, and a split
+		// vote starts over): 6 to 12 s on a quiet host, more than 30 s
+		// once while make test ran other packages beside it.
+		began := time.Now()
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
 			if err := l2.health(api2).Check(ctx); err != nil {
 				return poll.Continue("l2: %v", err)
 			}
 			return poll.Success()
-		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(2*time.Minute))
+		t.Logf("l2 and l3 elected a leader and l2 is healthy %s after they started", time.Since(began).Round(time.Millisecond))
 		h1 := l1.health(api1)
 		fenced := 0
 		h1.Fence = func(context.Context) error { fenced++; ready1.Store(false); return nil }

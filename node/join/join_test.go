@@ -142,6 +142,7 @@ func TestJoinRequestErrors(t *testing.T) {
 	}{
 		{"wrong token", server(status(http.StatusUnauthorized, "Unauthorized")), "the cluster refused the join token (is it the fleet's, and not expired?"},
 		{"no binding", server(status(http.StatusForbidden, "Forbidden")), "the join token may not ask for certificates (the binding liken:join:create-csr is missing"},
+		{"another refusal", server(status(http.StatusUnprocessableEntity, "Invalid")), "the API server refused the request: "},
 		{"API down", down.URL, "the API does not answer (a leader's control plane may still be starting; liken-node tries again)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
