@@ -21,15 +21,24 @@ LDFLAGS  := -X liken.sh/liken/version.Version=$(LIKEN_VERSION)
 
 COMMANDS := ./cli/cmd/liken ./controllers/cmd/cluster-operator ./node/cmd/liken-node
 
+# The lab and the tests run the kubectl make build writes (a link to the
+# kube binary, of the control plane's own version), whatever else is
+# installed.
+export PATH := $(BIN):$(PATH)
+
 .PHONY: build
 build: kube ## Build liken, cluster-operator, liken-node and the control plane into _output/bin.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(COMMANDS)
 
 # The control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) is one multi-call binary built from the pinned
-# sources in hack/kube. It is rebuilt only when those pins change.
+# kube-scheduler, kwok) and kubectl are one multi-call binary built from the
+# pinned sources in hack/kube. It is rebuilt only when those pins change.
+# kubectl is a link to it; the lab and the tests find it first on PATH.
 .PHONY: kube
-kube: $(BIN)/kube
+kube: $(BIN)/kube $(BIN)/kubectl
+
+$(BIN)/kubectl: $(BIN)/kube
+	ln -sf kube $@
 
 $(BIN)/kube: hack/kube/go.mod hack/kube/go.sum $(wildcard hack/kube/*.go)
 	@mkdir -p $(BIN)
@@ -53,8 +62,12 @@ generate: ## Regenerate clientset, listers, informers and deepcopy.
 verify: ## Formatting, vet, the dependency rules (hack/verify-deps.sh) and generated code.
 	hack/verify.sh
 
+.PHONY: deps-lab deps-test
+deps-lab deps-test: ## Install the Debian packages make lab or make test needs (as root), or name them and stop.
+	hack/install-deps.sh $(@:deps-%=%)
+
 .PHONY: test
-test: verify build image ## Every test: unit, fuzz smoke, e2e on the real control plane, the lab, QEMU boot, the OS image in VMs.
+test: deps-test verify build image ## Every test: unit, fuzz smoke, e2e on the real control plane, the lab, QEMU boot, the OS image in VMs.
 	LIKEN_BIN=$(BIN) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/e2e/')
 	@# End-to-end packages run one at a time: each starts real control planes,
 	@# labs or QEMU, and two at once on 2 cores would distort their timings.
@@ -63,11 +76,11 @@ test: verify build image ## Every test: unit, fuzz smoke, e2e on the real contro
 	hack/fuzz-smoke.sh
 
 .PHONY: test-vm
-test-vm: build image ## The virtual machine scenarios make test leaves out: three machines upgrading, a hung trial, power losses, a kubelet that never starts, a leader running its own control plane, liken lab up --vm.
+test-vm: deps-test build image ## The virtual machine scenarios make test leaves out: three machines upgrading, a hung trial, power losses, a kubelet that never starts, a leader running its own control plane, liken lab up --vm.
 	LIKEN_BIN=$(BIN) LIKEN_VM_MACHINES=3 $(GO) test -count=1 -p 1 -timeout 120m -tags vmfaults -v ./e2e/vm/
 
 .PHONY: test-vm-leaders
-test-vm-leaders: build image ## Three leaders running their own datastore behind one endpoint, one losing power, and a 5-machine fleet upgraded under the API probe: needs 6 or more host cores (docs/design/controlplane.md).
+test-vm-leaders: deps-test build image ## Three leaders running their own datastore behind one endpoint, one losing power, and a 5-machine fleet upgraded under the API probe: needs 6 or more host cores (docs/design/controlplane.md).
 	LIKEN_BIN=$(BIN) $(GO) test -count=1 -p 1 -timeout 180m -tags vmleaders -run 'TestThreeLeadersKeepTheirQuorum|TestSelfHostedFleet' -v ./e2e/vm/
 
 .PHONY: bench
@@ -77,7 +90,7 @@ bench: build ## Benchmarks; figures go to docs/benchmarks.md.
 	LIKEN_BIN=$(BIN) LIKEN_BENCH=full $(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 90m ./... 2>&1 | tee $(OUT)/bench.txt
 
 .PHONY: lab
-lab: build ## Bring up a lab fleet and upgrade it to a new release.
+lab: deps-lab build ## Bring up a lab fleet and upgrade it to a new release.
 	hack/lab-demo.sh
 
 .PHONY: clean

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # make lab: bring up a lab fleet (or reuse the running one), publish a new
 # release, catalog it, point spec.version at it, and follow the rollout to
-# the end. The lab keeps running afterwards.
-set -o errexit -o nounset -o pipefail
+# the end. The lab keeps running afterwards. It stops at the first step that
+# fails, saying which.
+set -o errexit -o nounset -o pipefail -o errtrace
+trap 'echo "make lab stopped: the step \"$BASH_COMMAND\" failed (hack/lab-demo.sh line $LINENO); its message is above." >&2' ERR
 cd "$(dirname "$0")/.."
 bin=$PWD/_output/bin
 liken=$bin/liken
+# kubectl of the control plane's own version, built by make build.
+export PATH=$bin:$PATH
 name=${LAB_NAME:-lab}
 
+# A lab whose processes exited (the computer restarted) fails the status
+# check; liken lab up then stops what is left of it and starts it again.
 if "$liken" lab status --name "$name" >/dev/null 2>&1; then
     echo "Lab $name is already running: upgrading it again."
     KUBECONFIG=$("$liken" lab status --name "$name" | sed -n 's/^Kubeconfig: *//p' | head -n 1)
@@ -18,7 +24,9 @@ if "$liken" lab status --name "$name" >/dev/null 2>&1; then
     export KUBECONFIG
 else
     # Auto: every machine takes its turn without waiting for approve-reboot.
-    eval "$("$liken" lab up --name "$name" --reboot-policy Auto)"
+    # (An assignment, not eval "$(...)", so that a failed start stops here.)
+    env=$("$liken" lab up --name "$name" --reboot-policy Auto)
+    eval "$env"
 fi
 echo
 kubectl get clusters -o wide
@@ -44,8 +52,8 @@ kubectl get clusters -o wide
 kubectl get machines -o wide
 cat <<MSG
 
-The lab keeps running. Use it:
-  export KUBECONFIG=$KUBECONFIG
+The lab keeps running. Use it (the kubectl in $bin is the control plane's version):
+  export PATH=$bin:\$PATH KUBECONFIG=$KUBECONFIG
   kubectl get clusters -o wide; kubectl get machines -o wide
   $liken lab publish --name $name            # another release (--fault panic|no-rejoin|corrupt)
   $liken lab power cycle node-4 --name $name

@@ -105,6 +105,11 @@ func newStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--name N] [-o json]",
 		Short: "Show the lab's processes, release channel and kubeconfig",
+		Long: `Show the lab's processes, release channel and kubeconfig. It exits non-zero
+when a process the lab needs has exited (the computer restarted, or it was
+killed): liken lab up --name N then starts the lab again, or liken lab down
+--name N removes it. A machine powered off with liken lab power off is not
+counted as exited.`,
 		Example: `  liken lab status
   liken lab status -o json | jq -r .kubeconfig`,
 		Args: cobra.NoArgs,
@@ -118,7 +123,10 @@ func newStatusCommand() *cobra.Command {
 			case "json":
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				if err := enc.Encode(st); err != nil {
+					return err
+				}
+				return checked(st)
 			case "":
 			default:
 				return fmt.Errorf("-o %q: the output formats are json, or none for a table", output)
@@ -140,12 +148,23 @@ func newStatusCommand() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.Kind, p.Name, p.PID, state, p.Log)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return checked(st)
 		},
 	}
 	nameFlag(cmd, &name)
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json.")
 	return cmd
+}
+
+// checked is st.Check as an error: nil when the lab runs.
+func checked(st *State) error {
+	if down := st.Check(); down != nil {
+		return down
+	}
+	return nil
 }
 
 func newPowerCommand() *cobra.Command {

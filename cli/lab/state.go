@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/internal/atomicfile"
@@ -164,4 +165,68 @@ func (st *State) Running() bool {
 		}
 	}
 	return false
+}
+
+// Exited returns the lab's processes that should run and do not: every
+// started process but the machines a user powered off (PID 0) and the
+// cluster-operator copies, which their supervisors start again (a copy that
+// loses the lease exits by design; its supervisor stands for it).
+func (st *State) Exited() []controlplane.Process {
+	var gone []controlplane.Process
+	for _, p := range st.Processes {
+		if p.Kind != KindOperator && p.PID > 0 && !p.Running() {
+			gone = append(gone, p)
+		}
+	}
+	return gone
+}
+
+// DownError says that a lab's processes have exited: its API server, its
+// channel or its machines are gone (the computer restarted, or they were
+// killed), and what to run.
+type DownError struct {
+	// Name is the lab's name.
+	Name string
+	// Exited are the processes that should run and do not.
+	Exited []controlplane.Process
+	// Total is how many of the lab's processes are judged (all but the
+	// cluster-operator copies, whose supervisors stand for them).
+	Total int
+}
+
+// Summary says in one line how much of the lab is down.
+func (e *DownError) Summary() string {
+	if len(e.Exited) == e.Total {
+		return fmt.Sprintf("lab %s is down: all of its %d processes have exited (the computer restarted, or they were killed)", e.Name, e.Total)
+	}
+	return fmt.Sprintf("lab %s is down: %d of its %d processes have exited", e.Name, len(e.Exited), e.Total)
+}
+
+func (e *DownError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Summary())
+	if len(e.Exited) < e.Total {
+		b.WriteString(":")
+		for _, p := range e.Exited {
+			fmt.Fprintf(&b, "\n  %s %s (pid %d); its log: %s", p.Kind, p.Name, p.PID, p.Log)
+		}
+	}
+	fmt.Fprintf(&b, "\nStart it again with liken lab up --name %s (it stops what is left of this lab first), or remove it with liken lab down --name %s", e.Name, e.Name)
+	return b.String()
+}
+
+// Check returns a *DownError when a process of the lab that should run
+// has exited, and nil when the lab runs.
+func (st *State) Check() *DownError {
+	gone := st.Exited()
+	if len(gone) == 0 {
+		return nil
+	}
+	judged := 0
+	for _, p := range st.Processes {
+		if p.Kind != KindOperator {
+			judged++
+		}
+	}
+	return &DownError{Name: st.Name, Exited: gone, Total: judged}
 }

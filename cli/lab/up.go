@@ -128,7 +128,7 @@ func findBinaries(log io.Writer) (binaries, error) {
 			kube:      filepath.Join(dir, "kube"),
 		}
 	}
-	dir, err := srctree.BinDir("liken-node", "cluster-operator", "kube")
+	dir, err := srctree.BinDir("liken-node", "cluster-operator", "kube", "kubectl")
 	if err == nil {
 		return in(dir), nil
 	}
@@ -136,7 +136,7 @@ func findBinaries(log io.Writer) (binaries, error) {
 	if src == "" {
 		return binaries{}, err
 	}
-	fmt.Fprintf(log, "Building liken-node, cluster-operator and kube with make build in %s (not found in %s)...\n", src, strings.Join(srctree.BinDirs(), ", "))
+	fmt.Fprintf(log, "Building liken-node, cluster-operator, kube and kubectl with make build in %s (not found in %s)...\n", src, strings.Join(srctree.BinDirs(), ", "))
 	cmd := exec.Command("make", "-C", src, "build")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
@@ -144,7 +144,7 @@ func findBinaries(log io.Writer) (binaries, error) {
 	}
 	b := in(filepath.Join(src, "_output", "bin"))
 	var missing []string
-	for _, p := range []string{b.likenNode, b.operator, b.kube} {
+	for _, p := range []string{b.likenNode, b.operator, b.kube, filepath.Join(filepath.Dir(b.kube), "kubectl")} {
 		if _, err := os.Stat(p); err != nil {
 			missing = append(missing, p)
 		}
@@ -193,8 +193,12 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 		return err
 	}
 	if old, err := Load(o.name); err == nil {
-		if old.Running() {
+		down := old.Check()
+		switch {
+		case down == nil && old.Running():
 			return fmt.Errorf("lab %s is already running (see liken lab status --name %s); stop it first with liken lab down --name %s", o.name, o.name, o.name)
+		case down != nil:
+			fmt.Fprintf(log, "The %s; stopping what is left of it and starting it again.\n", down.Summary())
 		}
 		stopAll(old)
 	}

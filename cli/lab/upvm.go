@@ -272,12 +272,12 @@ func failedChecks(body string) string {
 	return first
 }
 
-// exitedProcess names a lab process that should run and does not.
+// exitedProcess names the first lab process that should run and does not
+// (State.Exited), for a lab that is starting.
 func exitedProcess(st *State) error {
-	for _, p := range st.Processes {
-		if p.PID > 0 && !p.Running() {
-			return fmt.Errorf("%s %s (pid %d) exited; see %s", p.Kind, p.Name, p.PID, p.Log)
-		}
+	if gone := st.Exited(); len(gone) > 0 {
+		p := gone[0]
+		return fmt.Errorf("%s %s (pid %d) exited; see %s", p.Kind, p.Name, p.PID, p.Log)
 	}
 	return nil
 }

@@ -58,8 +58,9 @@ func newStatusCommand(flags *kube.Flags) *cobra.Command {
 		Long: `Follow the rollout of a cluster until every machine is Ready on the
 cluster's spec.version. Each change of a machine's step (Downloading,
 UpdatePending, Updating, Ready, ...) or version prints one line, with the
-progress of the whole cluster: machines ready out of all, and bytes
-downloaded. A staged machine's line says what it waits for: a person's
+progress of the whole cluster (machines ready out of all); a machine that
+downloads a release prints a line for each tenth of it, with the bytes it
+has out of the release's size. A staged machine's line says what it waits for: a person's
 approval (with the command to run), or a turn. Why machines wait for a
 turn is cluster-operator's to say: each time its word changes, the command
 prints it (the Cluster's Progressing message: who holds a turn, who is
@@ -324,6 +325,10 @@ type step struct {
 	version string
 	target  string
 	note    string
+	// tenths is how much of its download the machine has, in whole tenths
+	// of the release's size, so that a download prints a line for each
+	// tenth; -1 when it downloads nothing.
+	tenths int64
 }
 
 // tracker turns successive views of a cluster into lines: one per change
@@ -353,7 +358,13 @@ func newTracker(out io.Writer, clk clock.PassiveClock) *tracker {
 // cluster-operator (its ledger); what holds back the machines that wait for
 // a turn, cluster-operator says in one line for them all (showOperator).
 func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
-	s := step{phase: m.Status.Phase, version: m.Status.Version}
+	s := step{phase: m.Status.Phase, version: m.Status.Version, tenths: -1}
+	if d := m.Status.Download; d != nil {
+		s.tenths = 0
+		if d.BytesTotal > 0 {
+			s.tenths = min(d.BytesDone, d.BytesTotal) * 10 / d.BytesTotal
+		}
+	}
 	switch {
 	case m.Status.Download != nil && m.Status.Download.Version != "":
 		s.target = m.Status.Download.Version
@@ -388,6 +399,16 @@ func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 	return s
 }
 
+// downloaded says how much of a release a machine has downloaded, such as
+// "downloaded 4.0 MiB of 12.0 MiB (33%)".
+func downloaded(d *v1alpha1.DownloadProgress) string {
+	pct := int64(0)
+	if d.BytesTotal > 0 {
+		pct = min(d.BytesDone, d.BytesTotal) * 100 / d.BytesTotal
+	}
+	return fmt.Sprintf("downloaded %s of %s (%d%%)", cmdutil.HumanBytes(d.BytesDone), cmdutil.HumanBytes(d.BytesTotal), pct)
+}
+
 // onlyRestartK3s is true when every pending change, at least one, is of
 // class RestartK3s: a leader that waits for a turn to restart k3s.
 func onlyRestartK3s(pending []v1alpha1.PendingChange) bool {
@@ -407,23 +428,12 @@ func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bo
 	want := cl.Spec.Version
 	t.total = len(members)
 	t.ready = 0
-	var done, total int64
-	downloading := false
 	for _, m := range members {
 		if m.Status.Phase == v1alpha1.MachineReady && m.Status.Version == want {
 			t.ready++
 		}
-		if d := m.Status.Download; d != nil {
-			downloading = true
-			done += d.BytesDone
-			total += d.BytesTotal
-		}
 	}
-	progress := fmt.Sprintf("[machines %d/%d", t.ready, t.total)
-	if downloading {
-		progress += fmt.Sprintf(", downloading: %s of %s", cmdutil.HumanBytes(done), cmdutil.HumanBytes(total))
-	}
-	progress += "]"
+	progress := fmt.Sprintf("[machines %d/%d]", t.ready, t.total)
 
 	if want != t.version {
 		t.version = want
@@ -453,6 +463,9 @@ func (t *tracker) observe(cl *v1alpha1.Cluster, members []*v1alpha1.Machine) (bo
 			ver += " -> " + s.target
 		}
 		line := fmt.Sprintf("%-*s  %-13s  %-32s  %s", width, m.Name, phase, ver, progress)
+		if d := m.Status.Download; d != nil {
+			line += "  " + downloaded(d)
+		}
 		if s.note != "" {
 			line += "  " + s.note
 		}

@@ -64,7 +64,8 @@ func rolloutSteps() (*v1alpha1.Cluster, []*v1alpha1.Machine, []func()) {
 	steps := []func(){
 		func() { says(v1alpha1.ReasonIdle, "No machine holds or waits for a reboot turn.") },
 		func() { download(ms[0], 0); download(ms[1], 0); download(ms[2], 0) },
-		func() { ms[0].Status.Download.BytesDone = 100 << 20 }, // progress alone prints nothing
+		func() { ms[0].Status.Download.BytesDone = 100 << 20 }, // a tenth more prints node-1's line
+		func() { ms[0].Status.Download.BytesDone = 110 << 20 }, // less than a tenth more prints nothing
 		func() {
 			stage(ms[0])
 			download(ms[1], 300<<20)
@@ -122,10 +123,10 @@ func TestTrackerWindows(t *testing.T) {
 	var out bytes.Buffer
 	tr := newTracker(&out, clk)
 	for i, step := range steps {
-		if i == 5 { // the first turn: the window opened
+		if i == 6 { // the first turn: the window opened
 			clk.SetTime(time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC))
 		}
-		if i == 6 {
+		if i == 7 {
 			clk.SetTime(clk.Now().Add(time.Minute)) // a minute later: nothing new to say
 		}
 		step()

@@ -69,7 +69,7 @@ type LabOptions struct {
 // LIKEN_LAB_HOME.
 func StartLab(t testing.TB, o LabOptions) *Lab {
 	t.Helper()
-	bin := fleetsim.BinDir(t, "liken", "liken-node", "cluster-operator", "kube")
+	bin := fleetsim.BinDir(t, "liken", "liken-node", "cluster-operator", "kube", "kubectl")
 	l := &Lab{t: t, name: o.Name, bin: bin}
 	home := t.TempDir()
 	if d := os.Getenv("LIKEN_BENCH_LOGS"); d != "" {
@@ -221,10 +221,10 @@ func (l *Lab) Describe() string {
 	// The pods and budgets, for a drain that does not end.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kc, _ := exec.CommandContext(ctx, "kubectl", "--kubeconfig", l.Status.Kubeconfig, "get", "nodes,pods,pdb", "-A", "-o", "wide").CombinedOutput()
+	kc, _ := exec.CommandContext(ctx, filepath.Join(l.bin, "kubectl"), "--kubeconfig", l.Status.Kubeconfig, "get", "nodes,pods,pdb", "-A", "-o", "wide").CombinedOutput()
 	// A budget's status and the pods' conditions: what the Eviction API
 	// and the disruption controller go by.
-	detail, _ := exec.CommandContext(ctx, "kubectl", "--kubeconfig", l.Status.Kubeconfig, "get", "pods,pdb", "-n", "liken-system", "-o",
+	detail, _ := exec.CommandContext(ctx, filepath.Join(l.bin, "kubectl"), "--kubeconfig", l.Status.Kubeconfig, "get", "pods,pdb", "-n", "liken-system", "-o",
 		`jsonpath={range .items[*]}{.kind} {.metadata.name} on {.spec.nodeName}: {.status.conditions} {.status.disruptionsAllowed} {.status.currentHealthy}/{.status.expectedPods} observed {.status.observedGeneration} disrupted {.status.disruptedPods}{"\n"}{end}`).CombinedOutput()
 	return out + "\n" + string(kc) + "\n" + string(detail)
 }

@@ -107,7 +107,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 		t.Fatalf("only %s left before go test's -timeout; a lab scenario needs up to %s: run these tests with -timeout 30m (as make test does)",
 			time.Until(deadline).Round(time.Second), minTimeLeft)
 	}
-	bin := fleetsim.BinDir(t, "liken", "liken-node", "cluster-operator", "kube")
+	bin := fleetsim.BinDir(t, "liken", "liken-node", "cluster-operator", "kube", "kubectl")
 	l := &lab{t: t, name: name, bin: bin}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, startupGraceEnv+"=") {
@@ -279,7 +279,7 @@ func (l *lab) mustLiken(args ...string) string {
 
 // kubectl runs kubectl as the lab's admin.
 func (l *lab) kubectl(args ...string) (string, string, error) {
-	return l.run(l.kubeconfigEnv(), "kubectl", args...)
+	return l.run(l.kubeconfigEnv(), filepath.Join(l.bin, "kubectl"), args...)
 }
 
 func (l *lab) mustKubectl(args ...string) string {
@@ -306,7 +306,7 @@ func (l *lab) edit(plan editPlan) editResult {
 	self, err := os.Executable()
 	assert.NilError(l.t, err)
 	var r editResult
-	r.stdout, r.stderr, r.err = l.run(append(l.kubeconfigEnv(), "KUBE_EDITOR="+self, editPlanEnv+"="+string(b)), "kubectl", "edit", "cluster", l.name)
+	r.stdout, r.stderr, r.err = l.run(append(l.kubeconfigEnv(), "KUBE_EDITOR="+self, editPlanEnv+"="+string(b)), filepath.Join(l.bin, "kubectl"), "edit", "cluster", l.name)
 	for i := 1; ; i++ {
 		buf, err := os.ReadFile(filepath.Join(plan.Dir, fmt.Sprintf("buffer-%d.yaml", i)))
 		if err != nil {

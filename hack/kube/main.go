@@ -1,10 +1,11 @@
 // Command kube is one binary that holds every upstream component liken's
 // tests and lab run: etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler and kwok. Shared packages compile and link once.
+// kube-scheduler, kwok and kubectl. Shared packages compile and link once.
 //
 // The component is chosen by the first argument, or by the name the binary
-// was called under (a symlink named after the component). Built with the
-// tag nokwok (liken's OS image), it leaves kwok out.
+// was called under (a symlink named after the component, as make build
+// writes for kubectl). Built with the tag nokwok (liken's OS image), it
+// leaves kwok and kubectl out.
 package main
 
 import (
@@ -24,7 +25,7 @@ import (
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
-const usage = "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok [flags]"
+const usage = "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok|kubectl [flags]"
 
 func main() {
 	name := filepath.Base(os.Args[0])
@@ -47,6 +48,8 @@ func main() {
 		os.Exit(run(scheduler.NewSchedulerCommand(), name, args))
 	case "kwok":
 		os.Exit(runKwok(args))
+	case "kubectl":
+		os.Exit(runKubectl(args))
 	default:
 		fmt.Fprintf(os.Stderr, "kube: unknown component %q\n%s\n", name, usage)
 		os.Exit(2)

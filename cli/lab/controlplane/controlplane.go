@@ -506,9 +506,15 @@ func (cp *ControlPlane) KubectlAs(ctx context.Context, kubeconfig string, args .
 }
 
 // Kubectl runs kubectl with the given kubeconfig; an error holds its
-// output.
+// output. It runs the kubectl make build writes beside the control plane
+// (srctree.Binary), of the control plane's own version, never another one
+// the computer may have installed.
 func Kubectl(ctx context.Context, kubeconfig string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	kubectl, err := srctree.Binary("kubectl")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
