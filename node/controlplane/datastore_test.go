@@ -132,6 +132,7 @@ type fakeEtcd struct {
 	up      map[string]bool
 	members []Member
 	addErrs []error  // errors of the next additions
+	addLost []error  // errors answered for the next additions, made all the same (the answer lost)
 	lists   int      // member lists asked
 	changes []string // additions and removals, in order
 }
@@ -162,6 +163,11 @@ func (f *fakeEtcd) MemberAdd(_ context.Context, u, peerURL string, learner bool)
 	}
 	m := Member{ID: 100, PeerURLs: []string{peerURL}, IsLearner: learner}
 	f.members = append(f.members, m)
+	if len(f.addLost) > 0 {
+		err := f.addLost[0]
+		f.addLost = f.addLost[1:]
+		return Member{}, nil, err
+	}
 	return m, append([]Member(nil), f.members...), nil
 }
 
@@ -240,6 +246,7 @@ func TestStart(t *testing.T) {
 		up        []string // client URLs that answer
 		members   []Member
 		addErrs   []error
+		addLost   []error
 		apiAnswer bool
 
 		wantEnv     string // "" for no file
@@ -269,6 +276,11 @@ func TestStart(t *testing.T) {
 			wantEnv:     "# Written by liken-node before etcd starts: JoinAsLearner\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l3=https://l3:2380\n",
 			wantChanges: []string{"add https://l3:2380 learner=true via https://l1:2379", "add https://l3:2380 learner=true via https://l1:2379"},
 			wantWaited:  5 * time.Second, wantLists: 2},
+		{name: "an addition etcd made but whose answer was lost: the next look starts as that member, adds nothing more", machine: 3, up: urls[:1], members: []Member{voter(1)},
+			addLost:     []error{context.DeadlineExceeded},
+			wantEnv:     "# Written by liken-node before etcd starts: StartAdded\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l3=https://l3:2380\n",
+			wantChanges: []string{"add https://l3:2380 learner=true via https://l1:2379"},
+			wantWaited:  5 * time.Second, wantLists: 2},
 		{name: "re-installed: removes its old member, then joins", machine: 3, up: urls[:2], members: []Member{voter(1), voter(2), voter(3)},
 			wantEnv:     "# Written by liken-node before etcd starts: JoinAsLearner\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l2=https://l2:2380,l3=https://l3:2380\n",
 			wantChanges: []string{"remove 3 via https://l1:2379", "add https://l3:2380 learner=true via https://l1:2379"}, wantLists: 2},
@@ -294,7 +306,7 @@ func TestStart(t *testing.T) {
 				assert.NilError(t, os.MkdirAll(filepath.Join(dataDir, "member", "wal"), 0o700))
 				assert.NilError(t, os.WriteFile(filepath.Join(dataDir, "member", "wal", "0.wal"), []byte("log"), 0o600))
 			}
-			fake := &fakeEtcd{up: map[string]bool{}, members: tc.members, addErrs: tc.addErrs}
+			fake := &fakeEtcd{up: map[string]bool{}, members: tc.members, addErrs: tc.addErrs, addLost: tc.addLost}
 			for _, u := range tc.up {
 				fake.up[u] = true
 			}
