@@ -54,8 +54,12 @@ installed on slot A from its deployment layer. It returns once the Cluster
 reads Ready on the first release, and prints the line that points kubectl
 at the lab.
 
-The control plane binaries are built first if they are missing (make build,
-about 20 minutes the first time on 2 cores).
+The control plane binaries and kubectl are built first if they are missing
+(make build, about 20 minutes the first time on 2 cores).
+
+Over a lab of the same name that is down (liken lab status exits non-zero:
+its processes exited, as after the computer restarted), it stops what is
+left of that lab and starts it again; over one that runs, it refuses.
 
 With --vm, each machine is a QEMU virtual machine (software emulation)
 booting liken's OS image from a disk written by liken install, and the
