@@ -33,7 +33,8 @@ build: kube ## Build liken, cluster-operator, liken-node and the control plane i
 # The control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok) and kubectl are one multi-call binary built from the
 # pinned sources in hack/kube. It is rebuilt only when those pins change.
-# kubectl is a link to it; the lab and the tests find it first on PATH.
+# kubectl is a link to it, which liken's programs and tests run by path
+# (srctree.Binary) and make lab finds first on PATH.
 .PHONY: kube
 kube: $(BIN)/kube $(BIN)/kubectl
 

@@ -174,7 +174,7 @@ func (st *State) Running() bool {
 func (st *State) Exited() []controlplane.Process {
 	var gone []controlplane.Process
 	for _, p := range st.Processes {
-		if p.Kind != KindOperator && p.PID > 0 && !p.Running() {
+		if judged(p) && p.PID > 0 && !p.Running() {
 			gone = append(gone, p)
 		}
 	}
@@ -222,11 +222,17 @@ func (st *State) Check() *DownError {
 	if len(gone) == 0 {
 		return nil
 	}
-	judged := 0
+	total := 0
 	for _, p := range st.Processes {
-		if p.Kind != KindOperator {
-			judged++
+		if judged(p) {
+			total++
 		}
 	}
-	return &DownError{Name: st.Name, Exited: gone, Total: judged}
+	return &DownError{Name: st.Name, Exited: gone, Total: total}
+}
+
+// judged is false for a cluster-operator copy: its supervisor, which
+// starts it again, stands for it.
+func judged(p controlplane.Process) bool {
+	return p.Kind != KindOperator
 }

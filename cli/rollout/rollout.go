@@ -360,10 +360,7 @@ func newTracker(out io.Writer, clk clock.PassiveClock) *tracker {
 func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 	s := step{phase: m.Status.Phase, version: m.Status.Version, tenths: -1}
 	if d := m.Status.Download; d != nil {
-		s.tenths = 0
-		if d.BytesTotal > 0 {
-			s.tenths = min(d.BytesDone, d.BytesTotal) * 10 / d.BytesTotal
-		}
+		s.tenths = percent(d) / 10
 	}
 	switch {
 	case m.Status.Download != nil && m.Status.Download.Version != "":
@@ -402,11 +399,15 @@ func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 // downloaded says how much of a release a machine has downloaded, such as
 // "downloaded 4.0 MiB of 12.0 MiB (33%)".
 func downloaded(d *v1alpha1.DownloadProgress) string {
-	pct := int64(0)
-	if d.BytesTotal > 0 {
-		pct = min(d.BytesDone, d.BytesTotal) * 100 / d.BytesTotal
+	return fmt.Sprintf("downloaded %s of %s (%d%%)", cmdutil.HumanBytes(d.BytesDone), cmdutil.HumanBytes(d.BytesTotal), percent(d))
+}
+
+// percent is the share of the release a download has, 0 to 100.
+func percent(d *v1alpha1.DownloadProgress) int64 {
+	if d.BytesTotal <= 0 {
+		return 0
 	}
-	return fmt.Sprintf("downloaded %s of %s (%d%%)", cmdutil.HumanBytes(d.BytesDone), cmdutil.HumanBytes(d.BytesTotal), pct)
+	return min(d.BytesDone, d.BytesTotal) * 100 / d.BytesTotal
 }
 
 // onlyRestartK3s is true when every pending change, at least one, is of

@@ -144,8 +144,14 @@ func (f *etcdFleet) clientURLs() []string {
 // stream requests, "ignored streaming request; ID mismatch", for as long
 // as it runs. On a fleet a machine's re-install takes minutes, not the
 // test's fraction of a second.
-func (l *etcdLeader) awaitNewSecond() {
-	time.Sleep(time.Until(l.added.Truncate(time.Second).Add(time.Second)))
+func (l *etcdLeader) awaitNewSecond(t *testing.T) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if time.Now().Unix() > l.added.Unix() {
+			return poll.Success()
+		}
+		return poll.Continue("%s's member was added in this second", l.name)
+	}, poll.WithDelay(10*time.Millisecond), poll.WithTimeout(5*time.Second))
 }
 
 // startOptions are what liken-node control-plane etcd-start passes Start
@@ -230,7 +236,7 @@ func readEtcdEnv(t *testing.T, path string) map[string]string {
 // waited on its clock.
 func (f *etcdFleet) boot(ctx context.Context, t *testing.T, l *etcdLeader, restart bool) (StartDecision, time.Duration) {
 	t.Helper()
-	l.awaitNewSecond() // Start may add a member
+	l.awaitNewSecond(t) // Start may add a member
 	d, waited, err := startPaced(ctx, t, f.startOptions(l, restart), time.Hour)
 	assert.NilError(t, err)
 	if d.Action == JoinAsLearner {
@@ -529,7 +535,7 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		// etcd refuses a change of membership for a moment after the one
 		// before ("member not found", "unhealthy cluster"), as Start finds.
 		var pending Member
-		l3.awaitNewSecond()
+		l3.awaitNewSecond(t)
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
 			m, _, err := f.etcd.MemberAdd(ctx, l1.clientURL, l3.peerURL, true)
 			if err != nil {
