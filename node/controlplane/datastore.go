@@ -6,12 +6,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,14 +87,29 @@ type StartInput struct {
 	// FirstLeader is true on the first leader, the only one that may start
 	// a new datastore.
 	FirstLeader bool
-	// Listed is true when a leader answered the member list; Members is
-	// then its answer.
+	// Listed is true when the leaders' answers name one datastore
+	// (chooseDatastore); Members is then its member list.
 	Listed bool
-	// Members is the member list a leader answered.
+	// Members is the member list of the datastore the leaders answered for.
 	Members []Member
+	// Live is how many leaders answered for that datastore.
+	Live int
+	// Leaders is how many leaders the fleet has, this one included.
+	Leaders int
+	// Unsure says why the leaders' answers name no one datastore (they
+	// answer for two, none of them this member's): etcd waits for the
+	// datastore to be clear, or starts with its data.
+	Unsure string
 	// EndpointAnswered is true when an API server answered at the
 	// Cluster's endpoint.
 	EndpointAnswered bool
+	// Others is how many other leaders the fleet has; NoData how many of
+	// them answered that they hold no member data, and Unheard names the
+	// others. The first leader starts a new datastore only once every
+	// other leader said it holds none: one that is down may hold the
+	// fleet's.
+	Others, NoData int
+	Unheard        string
 	// Waited is how long nothing has answered (neither a member nor the API).
 	Waited time.Duration
 	// BootstrapWait is how long the first leader waits for an answer
@@ -134,12 +151,19 @@ type StartDecision struct {
 func DecideStart(in StartInput) StartDecision {
 	self := in.Name + "=" + in.PeerURL
 	if in.DataPresent {
-		if in.Restart && in.Listed && named(in.Members, in.Name) == nil {
+		// Only a majority of the fleet's leaders, all answering for one
+		// datastore, and a majority of its own voters, prove the member
+		// removed: one leader's answer may come from another datastore
+		// (one that a leader started alone), or from a member cut off.
+		if in.Restart && in.Listed && named(in.Members, in.Name) == nil && in.Live >= majority(in.Members) && in.Live >= in.Leaders/2+1 {
 			return StartDecision{Action: MoveDataAsideThenJoin,
-				Reason: fmt.Sprintf("etcd exited and the member list has no member %s: it was removed, so its data moves aside and it joins again", in.Name)}
+				Reason: fmt.Sprintf("etcd exited and %d leaders, a majority of the fleet's and of the datastore's voters, list no member %s: it was removed, so its data moves aside and it joins again", in.Live, in.Name)}
 		}
 		return StartDecision{Action: StartWithData, InitialCluster: self, InitialClusterState: clusterStateExisting,
 			Reason: "the member's data is present: etcd starts from it and catches up from the other members"}
+	}
+	if !in.Listed && in.Unsure != "" {
+		return waitFor(in.Unsure)
 	}
 	if !in.Listed {
 		wait := in.BootstrapWait
@@ -151,6 +175,9 @@ func DecideStart(in StartInput) StartDecision {
 			return waitFor("no leader's etcd answers the member list; only the first leader starts a new datastore")
 		case in.EndpointAnswered:
 			return waitFor("an API server answers at the endpoint but no leader's etcd answers: starting a second datastore would split the cluster")
+		case in.NoData < in.Others:
+			return waitFor(fmt.Sprintf("no leader's etcd answers, and %s did not say it holds no member data: it may hold the fleet's datastore, so the first leader starts no new one. "+
+				"Start the other leaders; if their data is lost for good, install them again (liken install), and the first leader starts a new datastore once they answer", in.Unheard))
 		case in.Waited < wait:
 			return waitFor(fmt.Sprintf("no leader's etcd and no API answer yet; the first leader starts a new datastore after %s of silence (%s so far)", wait, in.Waited))
 		}
@@ -181,6 +208,17 @@ func DecideStart(in StartInput) StartDecision {
 		}
 	}
 	return StartDecision{Action: JoinAsLearner, Reason: "the datastore runs and this machine is no member: it joins as a learner"}
+}
+
+// majority is how many of members' voters make a quorum.
+func majority(members []Member) int {
+	voters := 0
+	for _, m := range members {
+		if !m.IsLearner {
+			voters++
+		}
+	}
+	return voters/2 + 1
 }
 
 func waitFor(reason string) StartDecision {
@@ -225,7 +263,8 @@ func initialCluster(members []Member, selfID uint64, name string) string {
 // MemberClient reads and changes the member list through one member's
 // client URL; EtcdClient is one.
 type MemberClient interface {
-	MemberList(ctx context.Context, clientURL string) ([]Member, error)
+	ClusterMembers(ctx context.Context, clientURL string) (uint64, []Member, error)
+	HoldsMemberData(ctx context.Context, clientURL string) (bool, error)
 	MemberAdd(ctx context.Context, clientURL, peerURL string, learner bool) (Member, []Member, error)
 	MemberRemove(ctx context.Context, clientURL string, id uint64) ([]Member, error)
 }
@@ -237,6 +276,12 @@ type MemberData interface {
 	// MoveAside moves the member's data out of etcd's way, keeping it, and
 	// returns where it went.
 	MoveAside(now time.Time) (string, error)
+	// Datastore is the ID of the datastore the member belongs to, as
+	// Remember recorded it; 0 when none is recorded.
+	Datastore() (uint64, error)
+	// Remember records the ID of the member's datastore, kept when the
+	// member's data moves aside: the member only ever joins that one again.
+	Remember(cluster uint64) error
 }
 
 // DiskData is etcd's data folder (--data-dir): its member data is
@@ -258,6 +303,37 @@ func (d DiskData) Present() (bool, error) {
 		return false, fmt.Errorf("%s is not a folder: move it away so etcd can start", filepath.Join(d.Dir, "member"))
 	}
 	return true, nil
+}
+
+// DatastoreFile, in etcd's data folder beside member/, holds the ID of the
+// datastore (etcd's cluster ID, hexadecimal) the member belongs to.
+const DatastoreFile = "liken-datastore"
+
+// Datastore reads Dir/liken-datastore; 0 when it does not exist.
+func (d DiskData) Datastore() (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(d.Dir, DatastoreFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading which datastore this member belongs to: %w", err)
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
+	if err != nil || id == 0 {
+		return 0, fmt.Errorf("%s does not hold a datastore ID (%q): remove it, and etcd-start asks the leaders which datastore this member belongs to", filepath.Join(d.Dir, DatastoreFile), strings.TrimSpace(string(b)))
+	}
+	return id, nil
+}
+
+// Remember writes Dir/liken-datastore atomically, creating Dir.
+func (d DiskData) Remember(cluster uint64) error {
+	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
+		return fmt.Errorf("recording which datastore this member belongs to: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(d.Dir, DatastoreFile), []byte(strconv.FormatUint(cluster, 16)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("recording which datastore this member belongs to: %w", err)
+	}
+	return nil
 }
 
 // MoveAside moves Dir/member to Dir/removed-<now>/member: inside the data
@@ -335,6 +411,15 @@ type StartOptions struct {
 	Restart bool
 	// EnvFile is etcd.env, read by etcd.service (EnvironmentFile).
 	EnvFile string
+	// ClientURL is this machine's own etcd client URL, one of ClientURLs.
+	ClientURL string
+	// Listen, when set, is the address etcd-start answers the other
+	// leaders on, while this machine holds no member data, that it holds
+	// none (MemberDataPath): etcd's client port, free until etcd starts.
+	Listen string
+	// ServerTLS serves Listen: etcd's serving certificate, and client
+	// certificates of etcd's CA required.
+	ServerTLS *tls.Config
 	// BootstrapWait is DefaultBootstrapWait when zero.
 	BootstrapWait time.Duration
 	// Clock paces the waits and measures the silence (the real clock when nil).
@@ -362,6 +447,13 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 		o.Clock = clock.RealClock{}
 	}
 	log := klog.FromContext(ctx).WithValues("member", o.Name)
+	if present, err := o.Data.Present(); err == nil && !present && o.Listen != "" {
+		stop, err := serveNoMemberData(log, o.Listen, o.ServerTLS)
+		if err != nil {
+			return StartDecision{}, err
+		}
+		defer stop()
+	}
 	restart := o.Restart
 	quietSince := o.Clock.Now()
 	lastReason := ""
@@ -371,15 +463,25 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 			return StartDecision{}, err
 		}
 		in := StartInput{DataPresent: present, Restart: restart, Name: o.Name, PeerURL: o.PeerURL,
-			FirstLeader: o.FirstLeader, BootstrapWait: o.BootstrapWait}
+			FirstLeader: o.FirstLeader, BootstrapWait: o.BootstrapWait, Leaders: len(o.ClientURLs)}
 		var from string
 		var listErr error
+		var chosen, recorded uint64
 		if !present || restart {
-			in.Members, from, listErr = listMembers(ctx, o.Etcd, o.ClientURLs)
-			in.Listed = listErr == nil
+			if recorded, err = o.Data.Datastore(); err != nil {
+				return StartDecision{}, err
+			}
+			var answers []datastoreAnswer
+			answers, listErr = listDatastores(ctx, o.Etcd, o.ClientURLs)
+			var ds *datastoreAnswer
+			ds, in.Live, in.Unsure = chooseDatastore(answers, recorded)
+			if ds != nil {
+				in.Listed, in.Members, from, chosen = true, ds.members, ds.from, ds.cluster
+			}
 		}
 		if !present && !in.Listed && o.FirstLeader {
 			in.EndpointAnswered = o.Endpoint.Answers(ctx)
+			in.Others, in.NoData, in.Unheard = askMemberData(ctx, o.Etcd, o.ClientURLs, o.ClientURL)
 		}
 		now := o.Clock.Now()
 		if in.Listed || in.EndpointAnswered {
@@ -394,7 +496,20 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 				return d, err
 			}
 			return d, writeStart(log, o.EnvFile, d)
-		case StartWithData, StartAdded:
+		case StartWithData:
+			// A member whose datastore is not recorded yet (it started
+			// before liken recorded one) records it once a majority of
+			// its voters list it.
+			if recorded == 0 && in.Listed && named(in.Members, o.Name) != nil && in.Live >= majority(in.Members) && in.Live >= in.Leaders/2+1 {
+				if err := remember(o.Data, chosen); err != nil {
+					return d, err
+				}
+			}
+			return d, writeStart(log, o.EnvFile, d)
+		case StartAdded:
+			if err := remember(o.Data, chosen); err != nil {
+				return d, err
+			}
 			return d, writeStart(log, o.EnvFile, d)
 		case MoveDataAsideThenJoin:
 			aside, err := o.Data.MoveAside(now)
@@ -418,6 +533,9 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 				break
 			}
 			log.Info("Added this machine as a learner", "id", fmt.Sprintf("%x", added.ID), "answeredBy", from)
+			if err := remember(o.Data, chosen); err != nil {
+				return d, err
+			}
 			d.InitialCluster = initialCluster(members, added.ID, o.Name)
 			d.InitialClusterState = clusterStateExisting
 			return d, writeStart(log, o.EnvFile, d)
@@ -457,6 +575,158 @@ func listMembers(ctx context.Context, c memberLister, clientURLs []string) ([]Me
 		return nil, "", errors.New("no leader's etcd client URL is known")
 	}
 	return nil, "", errors.New(strings.Join(errs, "; "))
+}
+
+// datastoreAnswer is one leader's answer to the member list: the datastore
+// it belongs to and its members.
+type datastoreAnswer struct {
+	from    string
+	cluster uint64
+	members []Member
+}
+
+// listDatastores asks every leader, never only the first that answers,
+// and returns every answer; the error holds the others' errors.
+func listDatastores(ctx context.Context, c MemberClient, clientURLs []string) ([]datastoreAnswer, error) {
+	var answers []datastoreAnswer
+	var errs []string
+	for _, u := range clientURLs {
+		cluster, members, err := c.ClusterMembers(ctx, u)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		answers = append(answers, datastoreAnswer{from: u, cluster: cluster, members: members})
+	}
+	if len(errs) > 0 {
+		return answers, errors.New(strings.Join(errs, "; "))
+	}
+	return answers, nil
+}
+
+// chooseDatastore picks the datastore etcd-start acts on from the leaders'
+// answers: the member's recorded datastore when one is recorded (answers
+// for any other are ignored); else the one datastore every answer names.
+// It returns the first answer for it, how many leaders answered for it,
+// and, when it picks none although leaders answered, why.
+func chooseDatastore(answers []datastoreAnswer, recorded uint64) (*datastoreAnswer, int, string) {
+	var ids []uint64
+	byID := map[uint64][]datastoreAnswer{}
+	for _, a := range answers {
+		if _, ok := byID[a.cluster]; !ok {
+			ids = append(ids, a.cluster)
+		}
+		byID[a.cluster] = append(byID[a.cluster], a)
+	}
+	describe := func() string {
+		var parts []string
+		for _, id := range ids {
+			var from []string
+			for _, a := range byID[id] {
+				from = append(from, a.from)
+			}
+			parts = append(parts, fmt.Sprintf("datastore %x (%s) at %s", id, memberNames(byID[id][0].members), strings.Join(from, ", ")))
+		}
+		return strings.Join(parts, "; ")
+	}
+	switch {
+	case recorded != 0 && len(byID[recorded]) > 0:
+		return &byID[recorded][0], len(byID[recorded]), ""
+	case recorded != 0 && len(answers) > 0:
+		return nil, 0, fmt.Sprintf("this member belongs to datastore %x, and no leader that answers belongs to it (%s): etcd waits for a leader of its own datastore and never joins another", recorded, describe())
+	case len(ids) == 1:
+		return &byID[ids[0]][0], len(byID[ids[0]]), ""
+	case len(ids) > 1:
+		return nil, 0, fmt.Sprintf("the leaders answer for %d datastores (%s), and this member has no record of its own: etcd waits until the leaders of one are down or installed again (liken install)", len(ids), describe())
+	}
+	return nil, 0, ""
+}
+
+// MemberDataPath is where etcd-start answers, on etcd's client port while
+// etcd does not run, whether this leader holds member data.
+const MemberDataPath = "/liken/v1/member-data"
+
+// memberDataAnswer is the answer at MemberDataPath.
+type memberDataAnswer struct {
+	MemberData bool `json:"memberData"`
+}
+
+// serveNoMemberData answers at MemberDataPath on listen that this leader
+// holds no member data, until stop is called. Only clients with a
+// certificate of etcd's CA are answered (tlsConfig requires them).
+func serveNoMemberData(log klog.Logger, listen string, tlsConfig *tls.Config) (stop func(), err error) {
+	if tlsConfig == nil {
+		return nil, errors.New("answering the other leaders: no TLS configuration")
+	}
+	ln, err := tls.Listen("tcp", listen, tlsConfig)
+	if err != nil {
+		return nil, fmt.Errorf("answering the other leaders that this one holds no member data, on %s: %w", listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+MemberDataPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(memberDataAnswer{MemberData: false})
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "Answering the other leaders that this one holds no member data")
+		}
+	}()
+	return func() { _ = srv.Close(); <-done }, nil
+}
+
+// MemberDataTLS is the TLS configuration etcd-start answers the other
+// leaders with, from the certificates setup wrote in setupDir: etcd's own
+// serving certificate, and client certificates of etcd's CA required.
+func MemberDataTLS(setupDir string) (*tls.Config, error) {
+	f := files(setupDir)
+	cert, err := tls.LoadX509KeyPair(f(EtcdServer.Cert()), f(EtcdServer.Key()))
+	if err != nil {
+		return nil, fmt.Errorf("loading etcd's serving certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(f(EtcdServerCA.Cert()))
+	if err != nil {
+		return nil, fmt.Errorf("reading etcd's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", f(EtcdServerCA.Cert()))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
+// askMemberData asks every leader but self whether it holds member data,
+// and returns how many others there are, how many said they hold none,
+// and the ones that did not.
+func askMemberData(ctx context.Context, c MemberClient, clientURLs []string, self string) (others, none int, unheard string) {
+	var silent []string
+	for _, u := range clientURLs {
+		if strings.TrimSuffix(u, "/") == strings.TrimSuffix(self, "/") {
+			continue
+		}
+		others++
+		holds, err := c.HoldsMemberData(ctx, u)
+		switch {
+		case err != nil:
+			silent = append(silent, fmt.Sprintf("the leader at %s (%v)", u, err))
+		case holds:
+			silent = append(silent, fmt.Sprintf("the leader at %s (it holds member data)", u))
+		default:
+			none++
+		}
+	}
+	return others, none, strings.Join(silent, ", ")
+}
+
+// remember records the datastore this member joins, unless unknown (0).
+func remember(data MemberData, cluster uint64) error {
+	if cluster == 0 {
+		return nil
+	}
+	return data.Remember(cluster)
 }
 
 // newClusterToken is a new datastore's etcd cluster token: random, so its

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,8 +158,13 @@ func (l *etcdLeader) awaitNewSecond(t *testing.T) {
 // startOptions are what liken-node control-plane etcd-start passes Start
 // on leader l.
 func (f *etcdFleet) startOptions(l *etcdLeader, restart bool) StartOptions {
+	serverTLS, err := MemberDataTLS(l.setupDir)
+	if err != nil {
+		panic(err) // Setup wrote the certificates in newEtcdFleet
+	}
 	return StartOptions{
 		Name: l.name, PeerURL: l.peerURL, FirstLeader: l.cfg.FirstLeader == l.name,
+		ClientURL: l.clientURL, Listen: strings.TrimPrefix(l.clientURL, "https://"), ServerTLS: serverTLS,
 		ClientURLs: f.clientURLs(), Etcd: f.etcd,
 		Endpoint: probeFunc(func() bool { return false }),
 		Data:     DiskData{Dir: l.dataDir}, Restart: restart,
@@ -318,7 +324,7 @@ func (l *etcdLeader) running() error {
 func (f *etcdFleet) promote(ctx context.Context, t *testing.T, l *etcdLeader) {
 	t.Helper()
 	err := Init(ctx, InitOptions{Kube: fake.NewClientset(), TokenFile: f.token, Name: l.name,
-		ClientURLs: append([]string{l.clientURL}, l.others...), Etcd: f.etcd,
+		ClientURLs: append([]string{l.clientURL}, l.others...), Etcd: f.etcd, Data: DiskData{Dir: l.dataDir},
 		Interval: 200 * time.Millisecond, Timeout: 30 * time.Second})
 	assert.NilError(t, err)
 }
@@ -408,6 +414,14 @@ func (f *etcdFleet) list(ctx context.Context, t *testing.T) []Member {
 	return members
 }
 
+// listAt is the member list as l answers it.
+func (f *etcdFleet) listAt(ctx context.Context, t *testing.T, l *etcdLeader) []Member {
+	t.Helper()
+	members, err := f.etcd.MemberList(ctx, l.clientURL)
+	assert.NilError(t, err)
+	return members
+}
+
 // members splits an initial cluster into its name=peerURL entries, sorted:
 // etcd lists members in the order of their IDs.
 func members(initialCluster string) []string {
@@ -430,13 +444,51 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		}
 	}
 
-	step("the first leader bootstraps alone after its bootstrap wait", func(t *testing.T) {
-		d, waited := f.boot(ctx, t, l1, false)
+	step("the first leader bootstraps once the others say they hold no member data", func(t *testing.T) {
+		// Alone, it waits: a leader that does not answer may hold the
+		// fleet's datastore.
+		_, _, err := startPaced(ctx, t, f.startOptions(l1, false), 2*DefaultBootstrapWait)
+		assert.ErrorContains(t, err, "etcd did not start: no leader's etcd answers, and the leader at "+l2.clientURL+" (")
+		assert.ErrorContains(t, err, "did not say it holds no member data: it may hold the fleet's datastore")
+
+		// l2 and l3 boot with no data: their etcd-start waits for a
+		// member list, answering meanwhile that they hold none.
+		others, stopOthers := context.WithCancel(ctx)
+		defer stopOthers()
+		var waiting sync.WaitGroup
+		for _, l := range []*etcdLeader{l2, l3} {
+			o := f.startOptions(l, false)
+			o.Clock = clocktesting.NewFakeClock(time.Now()) // one look, then it waits until stopped
+			waiting.Go(func() {
+				_, err := Start(others, o)
+				assert.Check(t, errors.Is(err, context.Canceled), "%s: %v", l.name, err)
+			})
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				holds, err := f.etcd.HoldsMemberData(ctx, l.clientURL)
+				switch {
+				case err != nil:
+					return poll.Continue("%v", err)
+				case holds:
+					return poll.Error(fmt.Errorf("%s says it holds member data", l.name))
+				}
+				return poll.Success()
+			}, poll.WithDelay(50*time.Millisecond), poll.WithTimeout(10*time.Second))
+		}
+		d, waited, err := startPaced(ctx, t, f.startOptions(l1, false), time.Hour)
+		assert.NilError(t, err)
+		// They stop before l1's etcd runs, or they would join it now.
+		stopOthers()
+		waiting.Wait()
 		assert.Equal(t, d.Action, Bootstrap, d.Reason)
 		assert.Equal(t, waited, DefaultBootstrapWait)
+		f.runEtcd(t, l1, d)
 		assert.Equal(t, d.InitialCluster, "l1="+l1.peerURL)
 		f.promote(ctx, t, l1)
 		ids = f.waitVoters(ctx, t, l1)
+		// A leader whose etcd runs holds member data.
+		holds, err := f.etcd.HoldsMemberData(ctx, l1.clientURL)
+		assert.NilError(t, err)
+		assert.Check(t, holds, "l1's running etcd reads as holding no member data")
 	})
 
 	// join boots l as a new leader: it joins as a learner and init
@@ -504,6 +556,20 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		assert.NilError(t, l2.health(api).Check(ctx))
 	})
 
+	step("a leader goes down only while every other member votes and is healthy", func(t *testing.T) {
+		h1 := l1.health("")
+		assert.NilError(t, h1.SafeToStop(ctx))
+		l3.kill()
+		assert.ErrorContains(t, h1.SafeToStop(ctx), "the leader at "+l3.clientURL+" does not answer (")
+		assert.ErrorContains(t, h1.SafeToStop(ctx), "with this leader down too, the datastore could lose its majority; it goes down once every other leader is back")
+		// l3 itself may go down: its own member is down already.
+		assert.NilError(t, l3.health("").SafeToStop(ctx))
+		d, _ := f.boot(ctx, t, l3, false)
+		assert.Equal(t, d.Action, StartWithData, d.Reason)
+		assert.DeepEqual(t, f.waitVoters(ctx, t, l1, l2, l3), ids)
+		assert.NilError(t, h1.SafeToStop(ctx))
+	})
+
 	step("a re-installed leader replaces its member", func(t *testing.T) {
 		old := ids["l3"]
 		l3.kill()
@@ -553,6 +619,7 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 			Name: "l4", PeerURL: fmt.Sprintf("https://127.0.0.1:%d", freePort(t)), ClientURLs: f.clientURLs(), Etcd: f.etcd,
 			Data: DiskData{Dir: filepath.Join(dir, "etcd")}, EnvFile: filepath.Join(dir, EtcdEnvFile),
 		}
+		assert.ErrorContains(t, l1.health("").SafeToStop(ctx), fmt.Sprintf("member %x (%s) was added and has not started: the datastore waits for a new member, so this leader does not go down until it votes", pending.ID, l3.peerURL))
 		_, waited, err := startPaced(ctx, t, l4, RetryInterval)
 		assert.ErrorContains(t, err, fmt.Sprintf("etcd did not start: member %x at %s was added and has not started yet; etcd takes one new member at a time", pending.ID, l3.peerURL))
 		assert.ErrorIs(t, err, context.Canceled)
@@ -596,7 +663,7 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		assert.Check(t, ids["l2"] != old, "l2 kept its member ID %x", old)
 	})
 
-	step("a first leader installed again while the others are down starts a second datastore; its health names the split", func(t *testing.T) {
+	step("a first leader installed again while the others are down waits for them; a second datastore started anyway is named by its health and fenced", func(t *testing.T) {
 		// The fleet runs on after l2's promotion before it goes down.
 		// Killed at once, l2 and l3 would restart with the promotion
 		// stored but not known committed: voters l1 and l3, of which
@@ -606,8 +673,13 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 			l.kill()
 		}
 		assert.NilError(t, os.RemoveAll(l1.dataDir))
-		d, _ := f.boot(ctx, t, l1, false)
-		assert.Equal(t, d.Action, Bootstrap, d.Reason)
+		_, _, err := startPaced(ctx, t, f.startOptions(l1, false), 2*DefaultBootstrapWait)
+		assert.ErrorContains(t, err, "did not say it holds no member data: it may hold the fleet's datastore, so the first leader starts no new one")
+		// Started anyway, as liken did before it asked the other leaders
+		// (or a person forcing it): a datastore of its own.
+		d := StartDecision{Action: Bootstrap, InitialCluster: "l1=" + l1.peerURL, InitialClusterState: clusterStateNew, InitialClusterToken: "liken-started-anyway"}
+		assert.NilError(t, WriteEtcdEnv(filepath.Join(l1.setupDir, EtcdEnvFile), d))
+		f.runEtcd(t, l1, d)
 		f.waitVoters(ctx, t, l1)
 		api1, ready1 := apiStub(t, l1.setupDir)
 		ready1.Store(true)
@@ -637,7 +709,7 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		h1 := l1.health(api1)
 		fenced := 0
 		h1.Fence = func(context.Context) error { fenced++; ready1.Store(false); return nil }
-		err := h1.Check(ctx)
+		err = h1.Check(ctx)
 		assert.ErrorContains(t, err, "two datastores: this leader's etcd member belongs to datastore ")
 		assert.ErrorContains(t, err, "; its API server is stopped, so that clients reach only the fleet's. Install this leader again")
 		assert.Equal(t, fenced, 1)
@@ -656,5 +728,41 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		h3 := l3.health(api2)
 		h3.Fence = func(context.Context) error { t.Error("l3 fenced"); return nil }
 		assert.NilError(t, h3.Check(ctx))
+	})
+
+	step("during a split, a member of the fleet's datastore whose etcd restarts stays in it", func(t *testing.T) {
+		// l2's etcd exits and systemd starts it again. l1, asked first,
+		// answers for its own datastore, which lists no l2: one answer
+		// from another datastore proves nothing, and l2 keeps its data.
+		fleet, err := DiskData{Dir: l2.dataDir}.Datastore()
+		assert.NilError(t, err)
+		assert.Assert(t, fleet != 0, "l2's datastore is not recorded")
+		before := byID(f.listAt(ctx, t, l3))
+		l2.kill()
+		d, _ := f.boot(ctx, t, l2, true)
+		assert.Equal(t, d.Action, StartWithData, d.Reason)
+		aside, err := filepath.Glob(filepath.Join(l2.dataDir, "removed-*"))
+		assert.NilError(t, err)
+		assert.Check(t, is.Len(aside, 1), "l2's data moved aside again: %v", aside) // the one of the earlier step
+		// A member with no record (it started before liken recorded
+		// datastores) hears two datastores and starts with its data too.
+		assert.NilError(t, os.Remove(filepath.Join(l3.dataDir, DatastoreFile)))
+		l3.kill()
+		d, _ = f.boot(ctx, t, l3, true)
+		assert.Equal(t, d.Action, StartWithData, d.Reason)
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			cluster, members, err := f.etcd.ClusterMembers(ctx, l2.clientURL)
+			switch {
+			case err != nil:
+				return poll.Continue("%v", err)
+			case cluster != fleet:
+				return poll.Error(fmt.Errorf("l2 answers for datastore %x, not the fleet's %x", cluster, fleet))
+			}
+			if ok, err := f.etcd.Health(ctx, l2.clientURL); !ok {
+				return poll.Continue("%v", err)
+			}
+			assert.DeepEqual(t, byID(members), before)
+			return poll.Success()
+		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(2*time.Minute))
 	})
 }

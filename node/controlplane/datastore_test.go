@@ -51,20 +51,31 @@ func TestDecideStart(t *testing.T) {
 			want: StartDecision{Action: StartWithData, InitialCluster: "l3=" + peer(3), InitialClusterState: "existing"}},
 		{name: "restart after etcd exited, nobody answers", in: StartInput{DataPresent: true, Restart: true},
 			want: StartDecision{Action: StartWithData, InitialCluster: "l3=" + peer(3), InitialClusterState: "existing"}},
-		{name: "restart after etcd exited, the member was removed", in: StartInput{DataPresent: true, Restart: true, Listed: true, Members: removed},
+		{name: "restart after etcd exited, the member was removed", in: StartInput{DataPresent: true, Restart: true, Listed: true, Members: removed, Live: 2, Leaders: 3},
 			want: StartDecision{Action: MoveDataAsideThenJoin}},
+		{name: "restart after etcd exited, one leader of two voters lists no such member: proves nothing, starts with its data", in: StartInput{DataPresent: true, Restart: true, Listed: true, Members: removed, Live: 1, Leaders: 3},
+			want: StartDecision{Action: StartWithData, InitialCluster: "l3=" + peer(3), InitialClusterState: "existing"}},
+		{name: "restart after etcd exited, the only leader that answers, of three, runs a datastore of its own that lacks the member: starts with its data", in: StartInput{DataPresent: true, Restart: true, Listed: true, Members: []Member{voter(1)}, Live: 1, Leaders: 3},
+			want: StartDecision{Action: StartWithData, InitialCluster: "l3=" + peer(3), InitialClusterState: "existing"}},
+		{name: "restart after etcd exited, the leaders answer for two datastores: starts with its data", in: StartInput{DataPresent: true, Restart: true, Unsure: "two datastores"},
+			want: StartDecision{Action: StartWithData, InitialCluster: "l3=" + peer(3), InitialClusterState: "existing"}},
 
 		// 2. No data, first leader, nobody answers.
 		{name: "first leader, nobody answers for 29 s: waits", in: StartInput{Name: "l1", PeerURL: peer(1), FirstLeader: true, Waited: 29 * time.Second},
 			want: StartDecision{Action: Wait, RetryAfter: 5 * time.Second}},
 		{name: "first leader, nobody answers for 30 s: bootstraps", in: StartInput{Name: "l1", PeerURL: peer(1), FirstLeader: true, Waited: 30 * time.Second},
 			want: StartDecision{Action: Bootstrap, InitialCluster: "l1=" + peer(1), InitialClusterState: "new"}},
+		{name: "first leader, nobody answers for an hour, one other leader unheard: waits, never bootstraps", in: StartInput{Name: "l1", PeerURL: peer(1), FirstLeader: true, Waited: time.Hour, Others: 2, NoData: 1, Unheard: "the leader at " + client(3)},
+			want: StartDecision{Action: Wait, RetryAfter: 5 * time.Second}},
 		{name: "first leader, a shorter bootstrap wait", in: StartInput{Name: "l1", PeerURL: peer(1), FirstLeader: true, Waited: 2 * time.Second, BootstrapWait: time.Second},
 			want: StartDecision{Action: Bootstrap, InitialCluster: "l1=" + peer(1), InitialClusterState: "new"}},
 		{name: "first leader, no etcd answers but the API does: never bootstraps", in: StartInput{Name: "l1", PeerURL: peer(1), FirstLeader: true, EndpointAnswered: true, Waited: time.Hour},
 			want: StartDecision{Action: Wait, RetryAfter: 5 * time.Second}},
 		{name: "first leader whose peers answer joins, never bootstraps", in: StartInput{Name: "l1", PeerURL: peer(1), FirstLeader: true, Listed: true, Members: []Member{voter(2), voter(3)}, Waited: time.Hour},
 			want: StartDecision{Action: JoinAsLearner}},
+
+		{name: "first leader, the leaders answer for two datastores: waits, never bootstraps", in: StartInput{Name: "l1", PeerURL: peer(1), FirstLeader: true, Unsure: "two datastores", Waited: time.Hour},
+			want: StartDecision{Action: Wait, RetryAfter: 5 * time.Second}},
 
 		// 3. Otherwise wait for a member list, then join as a learner.
 		{name: "not the first leader, nobody answers for an hour: waits, never bootstraps", in: StartInput{Waited: time.Hour},
@@ -108,6 +119,8 @@ func TestDecideStartWaitReasons(t *testing.T) {
 	}{
 		{name: "first leader", in: StartInput{FirstLeader: true, Waited: 10 * time.Second},
 			want: "the first leader starts a new datastore after 30s of silence (10s so far)"},
+		{name: "a leader unheard", in: StartInput{FirstLeader: true, Waited: time.Hour, Others: 2, NoData: 1, Unheard: "the leader at https://l3:2379 (connection refused)"},
+			want: "no leader's etcd answers, and the leader at https://l3:2379 (connection refused) did not say it holds no member data: it may hold the fleet's datastore, so the first leader starts no new one. Start the other leaders; if their data is lost for good, install them again (liken install), and the first leader starts a new datastore once they answer"},
 		{name: "the API answers", in: StartInput{FirstLeader: true, EndpointAnswered: true},
 			want: "an API server answers at the endpoint but no leader's etcd answers"},
 		{name: "not first", in: StartInput{}, want: "only the first leader starts a new datastore"},
@@ -131,22 +144,33 @@ type fakeEtcd struct {
 	mu      sync.Mutex
 	up      map[string]bool
 	members []Member
-	addErrs []error  // errors of the next additions
-	addLost []error  // errors answered for the next additions, made all the same (the answer lost)
-	lists   int      // member lists asked
-	changes []string // additions and removals, in order
+	cluster uint64          // the datastore's ID every leader answers
+	noData  map[string]bool // leaders whose etcd-start answers that they hold no member data
+	addErrs []error         // errors of the next additions
+	addLost []error         // errors answered for the next additions, made all the same (the answer lost)
+	lists   int             // member lists asked
+	changes []string        // additions and removals, in order
 }
 
 var errDown = errors.New("connection refused")
 
-func (f *fakeEtcd) MemberList(_ context.Context, u string) ([]Member, error) {
+func (f *fakeEtcd) ClusterMembers(_ context.Context, u string) (uint64, []Member, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lists++
 	if !f.up[u] {
-		return nil, errDown
+		return 0, nil, errDown
 	}
-	return append([]Member(nil), f.members...), nil
+	return f.cluster, append([]Member(nil), f.members...), nil
+}
+
+func (f *fakeEtcd) HoldsMemberData(_ context.Context, u string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.noData[u] {
+		return false, errDown
+	}
+	return false, nil
 }
 
 func (f *fakeEtcd) MemberAdd(_ context.Context, u, peerURL string, learner bool) (Member, []Member, error) {
@@ -248,6 +272,7 @@ func TestStart(t *testing.T) {
 		addErrs   []error
 		addLost   []error
 		apiAnswer bool
+		noData    []string // leaders that answer they hold no member data
 
 		wantEnv     string // "" for no file
 		wantErr     string
@@ -256,47 +281,53 @@ func TestStart(t *testing.T) {
 		wantLists   int // -1: any number
 		wantAside   bool
 	}{
-		{name: "the first leader bootstraps after 30 s of silence", machine: 1,
+		{name: "the first leader bootstraps after 30 s of silence, once the others say they hold no member data", machine: 1, noData: urls[1:],
 			wantEnv:    "# Written by liken-node before etcd starts: Bootstrap\nETCD_INITIAL_CLUSTER_STATE=new\nETCD_INITIAL_CLUSTER_TOKEN=liken-<random>\nETCD_INITIAL_CLUSTER=l1=https://l1:2380\n",
 			wantWaited: 30 * time.Second, wantLists: 7 * 3},
-		{name: "the first leader never bootstraps while the API answers", machine: 1, apiAnswer: true,
+		{name: "a first leader installed again while the others are down never bootstraps", machine: 1, noData: urls[1:2],
+			wantErr:    "etcd did not start: no leader's etcd answers, and the leader at https://l3:2379 (connection refused) did not say it holds no member data: it may hold the fleet's datastore, so the first leader starts no new one",
+			wantWaited: 2 * time.Minute, wantLists: -1},
+		{name: "the first leader never bootstraps while the API answers", machine: 1, apiAnswer: true, noData: urls[1:],
 			wantErr:    "etcd did not start: an API server answers at the endpoint but no leader's etcd answers",
 			wantWaited: 2 * time.Minute, wantLists: -1},
 		{name: "another leader waits for a member list without end", machine: 2,
 			wantErr:    "etcd did not start: no leader's etcd answers the member list; only the first leader starts a new datastore: context canceled",
 			wantWaited: 2 * time.Minute, wantLists: -1},
-		{name: "joins as a learner through the first leader that answers", machine: 3, up: []string{client(2)}, members: []Member{voter(1), voter(2)},
+		{name: "joins as a learner, having asked every leader", machine: 3, up: []string{client(2)}, members: []Member{voter(1), voter(2)},
 			wantEnv:     "# Written by liken-node before etcd starts: JoinAsLearner\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l2=https://l2:2380,l3=https://l3:2380\n",
-			wantChanges: []string{"add https://l3:2380 learner=true via https://l2:2379"}, wantLists: 2},
+			wantChanges: []string{"add https://l3:2380 learner=true via https://l2:2379"}, wantLists: 3},
 		{name: "the first leader whose peers run joins", machine: 1, up: []string{client(2), client(3)}, members: []Member{voter(2), voter(3)},
 			wantEnv:     "# Written by liken-node before etcd starts: JoinAsLearner\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l2=https://l2:2380,l3=https://l3:2380,l1=https://l1:2380\n",
-			wantChanges: []string{"add https://l1:2380 learner=true via https://l2:2379"}, wantLists: 2},
+			wantChanges: []string{"add https://l1:2380 learner=true via https://l2:2379"}, wantLists: 3},
 		{name: "a refused addition is tried again 5 s later", machine: 3, up: urls[:1], members: []Member{voter(1)},
 			addErrs:     []error{errors.New("etcdserver: too many learner members in cluster")},
 			wantEnv:     "# Written by liken-node before etcd starts: JoinAsLearner\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l3=https://l3:2380\n",
 			wantChanges: []string{"add https://l3:2380 learner=true via https://l1:2379", "add https://l3:2380 learner=true via https://l1:2379"},
-			wantWaited:  5 * time.Second, wantLists: 2},
+			wantWaited:  5 * time.Second, wantLists: 6},
 		{name: "an addition etcd made but whose answer was lost: the next look starts as that member, adds nothing more", machine: 3, up: urls[:1], members: []Member{voter(1)},
 			addLost:     []error{context.DeadlineExceeded},
 			wantEnv:     "# Written by liken-node before etcd starts: StartAdded\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l3=https://l3:2380\n",
 			wantChanges: []string{"add https://l3:2380 learner=true via https://l1:2379"},
-			wantWaited:  5 * time.Second, wantLists: 2},
+			wantWaited:  5 * time.Second, wantLists: 6},
 		{name: "re-installed: removes its old member, then joins", machine: 3, up: urls[:2], members: []Member{voter(1), voter(2), voter(3)},
 			wantEnv:     "# Written by liken-node before etcd starts: JoinAsLearner\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l2=https://l2:2380,l3=https://l3:2380\n",
-			wantChanges: []string{"remove 3 via https://l1:2379", "add https://l3:2380 learner=true via https://l1:2379"}, wantLists: 2},
+			wantChanges: []string{"remove 3 via https://l1:2379", "add https://l3:2380 learner=true via https://l1:2379"}, wantLists: 6},
 		{name: "already added, not started: starts as that member, adds nothing", machine: 3, up: urls[:1],
 			members:   []Member{voter(1), {ID: 100, PeerURLs: []string{peer(3)}, IsLearner: true}},
 			wantEnv:   "# Written by liken-node before etcd starts: StartAdded\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l3=https://l3:2380\n",
-			wantLists: 1},
+			wantLists: 3},
 		{name: "data present: starts with it, asking no one", machine: 1, data: true, up: urls, members: []Member{voter(2)},
 			wantEnv:   "# Written by liken-node before etcd starts: StartWithData\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380\n",
 			wantLists: 0},
 		{name: "restart, still a member: starts with its data", machine: 3, data: true, restart: true, up: urls[:1], members: []Member{voter(1), voter(3)},
 			wantEnv:   "# Written by liken-node before etcd starts: StartWithData\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l3=https://l3:2380\n",
-			wantLists: 1},
-		{name: "restart, the member was removed: data aside, joins", machine: 3, data: true, restart: true, up: urls[:1], members: []Member{voter(1), voter(2)},
+			wantLists: 3},
+		{name: "restart, one leader of two voters lists no such member: proves nothing, starts with its data", machine: 3, data: true, restart: true, up: urls[:1], members: []Member{voter(1), voter(2)},
+			wantEnv:   "# Written by liken-node before etcd starts: StartWithData\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l3=https://l3:2380\n",
+			wantLists: 3},
+		{name: "restart, the member was removed: data aside, joins", machine: 3, data: true, restart: true, up: urls[:2], members: []Member{voter(1), voter(2)},
 			wantEnv:     "# Written by liken-node before etcd starts: JoinAsLearner\nETCD_INITIAL_CLUSTER_STATE=existing\nETCD_INITIAL_CLUSTER=l1=https://l1:2380,l2=https://l2:2380,l3=https://l3:2380\n",
-			wantChanges: []string{"add https://l3:2380 learner=true via https://l1:2379"}, wantLists: 2, wantAside: true},
+			wantChanges: []string{"add https://l3:2380 learner=true via https://l1:2379"}, wantLists: 6, wantAside: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -306,14 +337,17 @@ func TestStart(t *testing.T) {
 				assert.NilError(t, os.MkdirAll(filepath.Join(dataDir, "member", "wal"), 0o700))
 				assert.NilError(t, os.WriteFile(filepath.Join(dataDir, "member", "wal", "0.wal"), []byte("log"), 0o600))
 			}
-			fake := &fakeEtcd{up: map[string]bool{}, members: tc.members, addErrs: tc.addErrs, addLost: tc.addLost}
+			fake := &fakeEtcd{up: map[string]bool{}, noData: map[string]bool{}, members: tc.members, addErrs: tc.addErrs, addLost: tc.addLost}
+			for _, u := range tc.noData {
+				fake.noData[u] = true
+			}
 			for _, u := range tc.up {
 				fake.up[u] = true
 			}
 			clk := clocktesting.NewFakeClock(now)
 			env := filepath.Join(dir, "etcd.env")
 			o := StartOptions{
-				Name: fmt.Sprintf("l%d", tc.machine), PeerURL: peer(tc.machine), FirstLeader: tc.machine == 1,
+				Name: fmt.Sprintf("l%d", tc.machine), PeerURL: peer(tc.machine), ClientURL: client(tc.machine), FirstLeader: tc.machine == 1,
 				ClientURLs: urls, Etcd: fake, Data: DiskData{Dir: dataDir}, Restart: tc.restart,
 				Endpoint: probeFunc(func() bool { return tc.apiAnswer }),
 				EnvFile:  env, Clock: clk,
@@ -425,4 +459,61 @@ func TestEndpointProbe(t *testing.T) {
 			assert.Equal(t, p.Answers(context.Background()), tc.want)
 		})
 	}
+}
+
+// TestChooseDatastore: etcd-start acts on the datastore recorded for the
+// member, whoever else answers; with none recorded, on the one datastore
+// every answer names, and on none when they name two.
+func TestChooseDatastore(t *testing.T) {
+	f, r := []Member{voter(1), voter(2), voter(3)}, []Member{voter(1)}
+	answer := func(n int, cluster uint64, ms []Member) datastoreAnswer {
+		return datastoreAnswer{from: client(n), cluster: cluster, members: ms}
+	}
+	for _, tc := range []struct {
+		name     string
+		answers  []datastoreAnswer
+		recorded uint64
+		from     string // "" for none
+		live     int
+		unsure   string
+	}{
+		{name: "nobody answers"},
+		{name: "one datastore", answers: []datastoreAnswer{answer(1, 0xf, f), answer(2, 0xf, f)}, from: client(1), live: 2},
+		{name: "two datastores, none recorded: none", answers: []datastoreAnswer{answer(1, 0xa, r), answer(3, 0xf, f)},
+			unsure: "the leaders answer for 2 datastores (datastore a (members: l1) at https://l1:2379; datastore f (members: l1, l2, l3) at https://l3:2379), and this member has no record of its own: etcd waits until the leaders of one are down or installed again (liken install)"},
+		{name: "two datastores, the recorded one wins though asked second", answers: []datastoreAnswer{answer(1, 0xa, r), answer(3, 0xf, f)}, recorded: 0xf, from: client(3), live: 1},
+		{name: "only another datastore answers: none", answers: []datastoreAnswer{answer(1, 0xa, r)}, recorded: 0xf,
+			unsure: "this member belongs to datastore f, and no leader that answers belongs to it (datastore a (members: l1) at https://l1:2379): etcd waits for a leader of its own datastore and never joins another"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, live, unsure := chooseDatastore(tc.answers, tc.recorded)
+			if tc.from == "" {
+				assert.Check(t, got == nil, "chose %+v", got)
+			} else {
+				assert.Assert(t, got != nil)
+				assert.Equal(t, got.from, tc.from)
+			}
+			assert.Equal(t, live, tc.live)
+			assert.Equal(t, unsure, tc.unsure)
+		})
+	}
+}
+
+// TestDatastoreRecord: the member's datastore is recorded beside its data,
+// kept when the data moves aside, and a damaged record says what to do.
+func TestDatastoreRecord(t *testing.T) {
+	d := DiskData{Dir: filepath.Join(t.TempDir(), "etcd")}
+	id, err := d.Datastore()
+	assert.NilError(t, err)
+	assert.Equal(t, id, uint64(0))
+	assert.NilError(t, d.Remember(0xc0ffee))
+	assert.NilError(t, os.MkdirAll(filepath.Join(d.Dir, "member"), 0o700))
+	_, err = d.MoveAside(time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC))
+	assert.NilError(t, err)
+	id, err = d.Datastore()
+	assert.NilError(t, err)
+	assert.Equal(t, id, uint64(0xc0ffee))
+	assert.NilError(t, os.WriteFile(filepath.Join(d.Dir, DatastoreFile), []byte("zz\n"), 0o600))
+	_, err = d.Datastore()
+	assert.ErrorContains(t, err, `liken-datastore does not hold a datastore ID ("zz"): remove it, and etcd-start asks the leaders`)
 }

@@ -96,6 +96,36 @@ func (c *EtcdClient) ClusterMembers(ctx context.Context, clientURL string) (uint
 	return uint64(resp.Header.ClusterID), resp.list(), nil
 }
 
+// HoldsMemberData asks the leader at clientURL whether it holds member
+// data. While its etcd does not run, its etcd-start answers at
+// MemberDataPath; a running etcd holds data (it answers 404 there).
+func (c *EtcdClient) HoldsMemberData(ctx context.Context, clientURL string) (bool, error) {
+	u := strings.TrimSuffix(clientURL, "/") + MemberDataPath
+	ctx, cancel := c.deadline(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("asking %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return false, fmt.Errorf("asking %s: reading the answer: %w", u, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return true, nil // etcd itself runs there
+	}
+	var a memberDataAnswer
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &a) != nil {
+		return false, fmt.Errorf("asking %s: HTTP %d: %s", u, resp.StatusCode, snippet(body))
+	}
+	return a.MemberData, nil
+}
+
 // MemberAdd adds a member with peerURL through the member at clientURL,
 // as a learner when learner is true, and returns the new member (ID set,
 // no name yet) and the members after the addition.

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -56,14 +58,11 @@ func (h *Health) Check(ctx context.Context) error {
 	if apiURL == "" {
 		apiURL = LocalAPIServer
 	}
-	// Read at every check: setup writes them at every boot, maybe after
-	// liken-node started.
-	f := files(h.SetupDir)
-	etcd, err := NewEtcdClientFromFiles(f(NodeEtcdClient.Cert()), f(NodeEtcdClient.Key()), f(EtcdServerCA.Cert()))
+	etcd, err := h.etcdClient(timeout)
 	if err != nil {
-		return fmt.Errorf("the control plane's certificates are not ready (liken-control-plane-setup.service makes them at boot): %w", err)
+		return err
 	}
-	etcd.Timeout = timeout
+	f := files(h.SetupDir)
 	cluster, members, err := etcd.ClusterMembers(ctx, etcdURL)
 	if err != nil && strings.Contains(err.Error(), errLearner) {
 		return errors.New("this leader's etcd member is a learner: liken-control-plane-init promotes it once it has caught up")
@@ -118,6 +117,102 @@ func (h *Health) Check(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
 		return fmt.Errorf("this leader's API server is not ready: %s answered %s: %s", u, resp.Status, failedChecks(body))
+	}
+	return nil
+}
+
+// etcdClient is liken-node's client of the members, with the certificate
+// setup wrote. Read at every check: setup writes them at every boot, maybe
+// after liken-node started.
+func (h *Health) etcdClient(timeout time.Duration) (*EtcdClient, error) {
+	f := files(h.SetupDir)
+	etcd, err := NewEtcdClientFromFiles(f(NodeEtcdClient.Cert()), f(NodeEtcdClient.Key()), f(EtcdServerCA.Cert()))
+	if err != nil {
+		return nil, fmt.Errorf("the control plane's certificates are not ready (liken-control-plane-setup.service makes them at boot): %w", err)
+	}
+	etcd.Timeout = timeout
+	return etcd, nil
+}
+
+// SafeToStop returns nil when this leader's etcd member may go down (a
+// reboot, or a restart of its control plane) with the datastore keeping
+// its majority: every other member is a voter that has started, and each
+// of them and each other configured leader answers for this leader's
+// datastore and is healthy. It asks them directly, at the moment it is
+// called: the operator's view (ControlPlaneReady, the Nodes) may be stale
+// by the length of a drain. Otherwise the error says which member stops
+// it and why, for the Machine's status; the caller keeps its turn and
+// asks again (docs/design/controlplane.md, "Trials and turns on a
+// leader"). A datastore of this member alone has no majority to keep: its
+// leader may go down, the API with it.
+func (h *Health) SafeToStop(ctx context.Context) error {
+	timeout := h.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Second
+	}
+	etcd, err := h.etcdClient(timeout)
+	if err != nil {
+		return err
+	}
+	self := h.Etcd
+	if self == "" {
+		self = LocalEtcd
+	}
+	// The member list from this leader's own member; when it does not
+	// answer (it is already down), from the other leaders, who must agree.
+	cluster, members, err := etcd.ClusterMembers(ctx, self)
+	if err != nil {
+		var errs []string
+		for _, p := range h.Peers {
+			c, ms, perr := etcd.ClusterMembers(ctx, p)
+			switch {
+			case perr != nil:
+				errs = append(errs, perr.Error())
+			case cluster != 0 && c != cluster:
+				return fmt.Errorf("the other leaders answer for two datastores (%x and %x): this leader does not go down until one datastore answers", cluster, c)
+			default:
+				cluster, members = c, ms
+			}
+		}
+		if cluster == 0 {
+			return fmt.Errorf("no member of the datastore answers its member list (%s): this leader does not go down until the datastore answers", strings.Join(append([]string{err.Error()}, errs...), "; "))
+		}
+	}
+	others := map[string]bool{}
+	for _, p := range h.Peers {
+		others[strings.TrimSuffix(p, "/")] = true
+	}
+	voters := 0
+	for _, m := range members {
+		switch {
+		case m.Name == h.Machine:
+			continue
+		case m.Name == "":
+			return fmt.Errorf("member %x (%s) was added and has not started: the datastore waits for a new member, so this leader does not go down until it votes", m.ID, strings.Join(m.PeerURLs, ","))
+		case m.IsLearner:
+			return fmt.Errorf("%s's etcd member is a learner still catching up: this leader does not go down until liken-control-plane-init on %s promotes it", m.Name, m.Name)
+		}
+		voters++
+		for _, u := range m.ClientURLs {
+			others[strings.TrimSuffix(u, "/")] = true
+		}
+	}
+	if voters == 0 {
+		return nil
+	}
+	for _, u := range slices.Sorted(maps.Keys(others)) {
+		c, _, err := etcd.ClusterMembers(ctx, u)
+		switch {
+		case err != nil && strings.Contains(err.Error(), errLearner):
+			return fmt.Errorf("the leader at %s is a learner still catching up: this leader does not go down until it votes", u)
+		case err != nil:
+			return fmt.Errorf("the leader at %s does not answer (%v): with this leader down too, the datastore could lose its majority; it goes down once every other leader is back", u, err)
+		case c != cluster:
+			return fmt.Errorf("the leader at %s answers for datastore %x, not this leader's %x: this leader does not go down while the fleet has two datastores", u, c, cluster)
+		}
+		if _, err := etcd.Health(ctx, u); err != nil {
+			return fmt.Errorf("%v: with this leader down too, the datastore could lose its majority; it goes down once every other member is healthy", err)
+		}
 	}
 	return nil
 }

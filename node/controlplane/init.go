@@ -190,6 +190,10 @@ type InitOptions struct {
 	ClientURLs []string
 	// Etcd lists the members and promotes this machine's.
 	Etcd MemberPromoter
+	// Data, when set, records the datastore of this machine's member once
+	// it votes, if none is recorded (a first leader's new datastore, whose
+	// ID exists only once etcd runs): etcd-start then never joins another.
+	Data MemberData
 	// Timeout bounds Init (DefaultInitTimeout when zero).
 	Timeout time.Duration
 	// Interval is how long Init waits before it tries again (RetryInterval
@@ -235,6 +239,9 @@ func Init(ctx context.Context, o InitOptions) error {
 	if err := r.do(ctx, "promoting this machine's etcd member", func() error { return promote(ctx, o) }); err != nil {
 		return err
 	}
+	if err := r.do(ctx, "recording which datastore this machine's etcd member belongs to", func() error { return recordDatastore(ctx, o) }); err != nil {
+		return err
+	}
 	return r.do(ctx, "creating the join token and the control plane's bindings", func() error {
 		if err := EnsureBootstrapToken(ctx, o.Kube, id, secret); err != nil {
 			return err
@@ -267,6 +274,37 @@ func promote(ctx context.Context, o InitOptions) error {
 		return fmt.Errorf("etcd does not promote learner %s (%x) yet, as it does not while the learner lags: %w", o.Name, self.ID, err)
 	}
 	log.Info("Promoted this machine's etcd member from learner to voter", "id", fmt.Sprintf("%x", self.ID), "through", from)
+	return nil
+}
+
+// recordDatastore records the datastore this machine's own member answers
+// for, if Data has none recorded. A recorded one that differs is left as
+// it is and reported: etcd-start keeps the member to it.
+func recordDatastore(ctx context.Context, o InitOptions) error {
+	lister, ok := o.Etcd.(interface {
+		ClusterMembers(ctx context.Context, clientURL string) (uint64, []Member, error)
+	})
+	if o.Data == nil || !ok {
+		return nil
+	}
+	recorded, err := o.Data.Datastore()
+	if err != nil {
+		return permanent(err)
+	}
+	cluster, _, err := lister.ClusterMembers(ctx, o.ClientURLs[0])
+	switch {
+	case err != nil:
+		return fmt.Errorf("asking this machine's etcd member for its datastore: %w", err)
+	case cluster == 0 || cluster == recorded:
+		return nil
+	case recorded != 0:
+		klog.FromContext(ctx).Error(nil, "This machine's etcd member answers for another datastore than the one recorded; etcd-start keeps it to the recorded one", "recorded", fmt.Sprintf("%x", recorded), "answered", fmt.Sprintf("%x", cluster))
+		return nil
+	}
+	if err := o.Data.Remember(cluster); err != nil {
+		return permanent(err)
+	}
+	klog.FromContext(ctx).Info("Recorded the datastore this machine's etcd member belongs to", "datastore", fmt.Sprintf("%x", cluster))
 	return nil
 }
 

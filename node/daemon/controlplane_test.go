@@ -19,8 +19,10 @@ import (
 // fakeControlPlane is a leader's control-plane check whose answer the test
 // sets.
 type fakeControlPlane struct {
-	mu  sync.Mutex
-	err error
+	mu     sync.Mutex
+	err    error
+	unsafe error // SafeToStop's answer
+	asked  int   // SafeToStop's calls
 }
 
 func (f *fakeControlPlane) Check(context.Context) error {
@@ -29,11 +31,33 @@ func (f *fakeControlPlane) Check(context.Context) error {
 	return f.err
 }
 
+func (f *fakeControlPlane) SafeToStop(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	return f.unsafe
+}
+
 func (f *fakeControlPlane) set(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.err = err
 }
+
+func (f *fakeControlPlane) setUnsafe(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unsafe = err
+}
+
+func (f *fakeControlPlane) safeAsked() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.asked
+}
+
+// errPeerDown is SafeToStop's answer while another leader's member is down.
+var errPeerDown = errors.New("the leader at https://10.0.0.12:2379 does not answer (connection refused): with this leader down too, the datastore could lose its majority; it goes down once every other leader is back")
 
 var errLearner = errors.New("this leader's etcd member is a learner: liken-control-plane-init promotes it once it has caught up")
 
@@ -154,4 +178,78 @@ func TestLeaderK3sTurnWaitsForItsControlPlane(t *testing.T) {
 	})
 	assert.Equal(t, m.Status.Change, "")
 	e.waitEvent(daemon.ReasonK3sBack, change)
+}
+
+// TestLeaderRebootWaitsForTheDatastore: a leader granted its turn drains,
+// then asks the datastore itself whether it may go down. While another
+// member is down it keeps its turn, does not arm its trial or reboot, and
+// says why on the Machine and in an event; once the other member is back
+// it reboots into its trial.
+func TestLeaderRebootWaitsForTheDatastore(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	cp := &fakeControlPlane{}
+	o := e.options()
+	o.ControlPlane = cp
+	r := e.m.Start(t, o)
+	e.waitPhase(likenv1.MachineReady)
+	assert.Equal(t, cp.safeAsked(), 0, "asked at rest")
+
+	cp.setUnsafe(errPeerDown)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	e.waitPhase(likenv1.MachineUpdatePending)
+	change := e.grant()
+	m := e.waitFor("the reboot waiting for the datastore", func(m *likenv1.Machine) bool {
+		return strings.Contains(cond(m, likenv1.ConditionReady).Message, "drained; the reboot into the new release waits, because "+errPeerDown.Error())
+	})
+	assert.Equal(t, m.Status.Phase, likenv1.MachineUpdating)
+	assert.Equal(t, m.Status.Change, change, "the leader gave its turn back")
+	e.waitEvent(daemon.ReasonWaitingForDatastore, "the reboot for change "+change+" waits: "+errPeerDown.Error())
+	// It keeps asking, and stays up meanwhile.
+	asked := cp.safeAsked()
+	e.waitFor("asked again", func(*likenv1.Machine) bool { return cp.safeAsked() > asked+1 })
+	exited, _ := r.Exited()
+	assert.Assert(t, !exited, "the leader rebooted while the datastore would lose its majority")
+	st, err := boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st, boot.State{Proven: boot.SlotA}, "a trial armed while waiting")
+
+	cp.setUnsafe(nil)
+	waitExit(t, r)
+	st, err = boot.NewGRUB(e.m.BootDir).State()
+	assert.NilError(t, err)
+	assert.Equal(t, st.Trial, boot.SlotB, "rebooted without arming the trial")
+}
+
+// TestLeaderK3sRestartWaitsForTheDatastore: the restart of a leader's
+// control plane in its RestartK3s turn waits, holding the turn, while the
+// datastore would lose its majority without its member.
+func TestLeaderK3sRestartWaitsForTheDatastore(t *testing.T) {
+	var tc classCase
+	for _, c := range classCases {
+		if c.class == likenv1.ClassRestartK3s {
+			tc = c
+		}
+	}
+	e, leaderOpts := newLeader(t, daemon.Options{})
+	cp := &fakeControlPlane{}
+	o := leaderOpts()
+	o.ControlPlane = cp
+	e.m.Start(t, o)
+	e.waitPhase(likenv1.MachineReady)
+	cp.setUnsafe(errPeerDown)
+	e.change(tc)
+	e.waitFor("the leader asks for a leader turn", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
+	})
+	change := e.grantK3s()
+	m := e.waitFor("the restart waiting for the datastore", func(m *likenv1.Machine) bool {
+		return strings.Contains(cond(m, likenv1.ConditionReady).Message, "the restart of k3s in the leader turn waits, because "+errPeerDown.Error())
+	})
+	assert.Equal(t, m.Status.Change, change)
+	e.waitEvent(daemon.ReasonWaitingForDatastore, "the restart of k3s for change "+change+" waits: "+errPeerDown.Error())
+	assert.Equal(t, e.restarts(), 0, "k3s restarted while the datastore would lose its majority")
+
+	cp.setUnsafe(nil)
+	e.waitEvent(daemon.ReasonK3sRestarted, change)
+	assert.Equal(t, e.restarts(), 1)
 }

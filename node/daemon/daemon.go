@@ -102,6 +102,10 @@ type Daemon struct {
 	// k3sWaitingFor says what a RestartK3s turn waits for after the
 	// restart.
 	k3sWaitingFor string
+	// downWaitingFor says why a leader holding its turn does not go down
+	// yet (reboot or restart of its control plane): the datastore would
+	// not keep its majority (ControlPlaneHealth.SafeToStop).
+	downWaitingFor string
 	// controlPlaneErr is what the last reconcile found wrong with a
 	// leader's own control plane (nil: healthy, or no control plane).
 	controlPlaneErr error

@@ -75,6 +75,20 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 			v.requeue(d.t.APIRetry)
 			return
 		}
+		// The restart takes this leader's etcd member down for a moment:
+		// only while the datastore keeps its majority without it.
+		if d.o.ControlPlane != nil {
+			if err := d.o.ControlPlane.SafeToStop(ctx); err != nil {
+				if err.Error() != d.downWaitingFor {
+					log.Info("Not restarting k3s yet: the datastore would lose its majority", "change", t.Change, "reason", err.Error())
+					d.event(v.m, v.c, "Warning", ReasonWaitingForDatastore, "Wait", "the restart of k3s for change %s waits: %v", t.Change, err)
+				}
+				d.downWaitingFor = err.Error()
+				v.requeue(d.t.APIRetry)
+				return
+			}
+			d.downWaitingFor = ""
+		}
 		cfg := changes.Merge(*d.st.Applied, v.desired, likenv1.ClassRestartK3s)
 		changed := changes.Only(changes.Diff(*d.st.Applied, cfg), likenv1.ClassRestartK3s)
 		what := strings.Join(changes.Paths(changed), ", ")

@@ -178,10 +178,15 @@ func (t *Timing) defaults() {
 }
 
 // ControlPlaneHealth checks a leader's own control plane
-// (node/controlplane Health): nil when healthy, else an error that says
-// what is not, for the Machine's status.
+// (node/controlplane Health).
 type ControlPlaneHealth interface {
+	// Check returns nil when this leader's control plane is healthy, else
+	// an error that says what is not, for the Machine's status.
 	Check(ctx context.Context) error
+	// SafeToStop returns nil when this leader's etcd member may go down
+	// now with the datastore keeping its majority, asking the other
+	// members directly; else an error that says which one stops it.
+	SafeToStop(ctx context.Context) error
 }
 
 // Options configure a Daemon.

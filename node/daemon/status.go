@@ -225,13 +225,22 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		if d.mode == modeTrial {
 			return fmt.Sprintf("trial boot of slot %s: not committed yet, because %s", st.Slot, d.trialWaitingFor)
 		}
+		if d.downWaitingFor != "" {
+			return "drained; the reboot into the new release waits, because " + d.downWaitingFor
+		}
 		return "cordon, drain and reboot into the new release"
 	case likenv1.MachineRebooting:
 		if t := d.k3sHeld(); t != nil {
-			if t.RestartedAt.IsZero() {
+			switch {
+			case t.RestartedAt.IsZero() && d.downWaitingFor != "":
+				return "the restart of k3s in the leader turn waits, because " + d.downWaitingFor
+			case t.RestartedAt.IsZero():
 				return "restarting k3s in place in the leader turn (no cordon, no drain, no reboot)"
 			}
 			return "restarted k3s in place in the leader turn; the turn ends once the node is Ready again: " + d.k3sWaitingFor
+		}
+		if d.downWaitingFor != "" {
+			return "drained; the reboot waits, because " + d.downWaitingFor
 		}
 		return "cordon, drain and reboot"
 	}

@@ -40,6 +40,9 @@ const (
 	ReasonRebooting         = "Rebooting"
 	ReasonTrialSucceeded    = "TrialSucceeded"
 	ReasonTrialFailed       = likenv1.ReasonTrialFailed
+	// ReasonWaitingForDatastore: a leader holds its turn but does not go
+	// down yet, because the datastore would lose its majority.
+	ReasonWaitingForDatastore = "WaitingForDatastore"
 )
 
 // Reasons of a leader's ControlPlaneReady condition.

@@ -140,6 +140,7 @@ func (d *Daemon) startTurn(ctx context.Context, v *view, fresh bool) {
 		defer func() {
 			d.mu.Lock()
 			d.turnsRunning--
+			d.downWaitingFor = ""
 			if d.turn == h {
 				// Ended without rebooting: the next reconcile decides
 				// again from the ledger and the turn record.
@@ -159,6 +160,47 @@ func (d *Daemon) wait(ctx context.Context, dur time.Duration) bool {
 		return false
 	case <-d.clock.After(dur):
 		return true
+	}
+}
+
+// awaitDatastore returns true once a leader's etcd member may go down for
+// what (SafeToStop; at once on a machine that runs no control plane), or
+// false when ctx ended first. While it may not, the Machine says why and
+// an event says so each time the reason changes; the turn is kept.
+func (d *Daemon) awaitDatastore(ctx context.Context, h *turnHandle, m *likenv1.Machine, c *likenv1.Cluster, what string) bool {
+	if d.o.ControlPlane == nil {
+		return true
+	}
+	log := klog.FromContext(ctx)
+	last := ""
+	for {
+		err := d.o.ControlPlane.SafeToStop(ctx)
+		if ctx.Err() != nil {
+			return false
+		}
+		d.mu.Lock()
+		if err == nil {
+			d.downWaitingFor = ""
+			d.mu.Unlock()
+			if last != "" {
+				log.Info("The datastore keeps its majority without this leader now", "for", what)
+				d.enqueue()
+			}
+			return true
+		}
+		d.downWaitingFor = err.Error()
+		if err.Error() != last && !h.aborted {
+			log.Info("Not going down yet: the datastore would lose its majority", "for", what, "reason", err.Error())
+			d.event(m, c, "Warning", ReasonWaitingForDatastore, "Wait", "%s for change %s waits: %v", what, h.change, err)
+		}
+		d.mu.Unlock()
+		if err.Error() != last {
+			d.enqueue()
+			last = err.Error()
+		}
+		if !d.wait(ctx, d.t.APIRetry) {
+			return false
+		}
 	}
 }
 
@@ -204,6 +246,13 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 	}
 	d.mu.Unlock()
 	d.enqueue()
+
+	// A leader goes down only while the datastore keeps its majority
+	// without it, asked now: the operator granted the turn from a view
+	// that may be as old as the drain.
+	if !d.awaitDatastore(ctx, h, m, c, "the reboot") {
+		return
+	}
 
 	// The ledger is the only truth: read it fresh before the reboot.
 	for {

@@ -82,6 +82,7 @@ func controlPlaneCommand(exec execFunc) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return f.init(cmd) },
 	}
+	initCmd.Flags().StringVar(&f.dataDir, "data-dir", controlplane.EtcdDataDir, "etcd's data folder (etcd's --data-dir), where init records the member's datastore")
 	initCmd.Flags().DurationVar(&f.timeout, "timeout", controlplane.DefaultInitTimeout, "how long init tries before it fails: a learner promotes once it caught up, and the API answers once its member votes")
 
 	args := &cobra.Command{
@@ -184,9 +185,16 @@ func (f *controlPlaneFlags) etcdStart(cmd *cobra.Command) error {
 	marker := filepath.Join(f.setupDir, controlplane.EtcdStartedFile)
 	_, err = os.Stat(marker)
 	restart := err == nil
+	serverTLS, err := controlplane.MemberDataTLS(f.setupDir)
+	if err != nil {
+		return err
+	}
 	if _, err := controlplane.Start(cmd.Context(), controlplane.StartOptions{
 		Name:        cfg.Machine,
 		PeerURL:     self.EtcdPeer,
+		ClientURL:   self.EtcdClient,
+		Listen:      fmt.Sprintf(":%d", controlplane.EtcdClientPort),
+		ServerTLS:   serverTLS,
 		FirstLeader: cfg.FirstLeader == cfg.Machine,
 		ClientURLs:  clientURLs,
 		Etcd:        etcd,
@@ -240,6 +248,7 @@ func (f *controlPlaneFlags) init(cmd *cobra.Command) error {
 		Name:       cfg.Machine,
 		ClientURLs: clientURLs,
 		Etcd:       etcd,
+		Data:       controlplane.DiskData{Dir: f.dataDir},
 		Timeout:    f.timeout,
 	})
 }
