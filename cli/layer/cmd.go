@@ -136,7 +136,11 @@ or more leaders, each needs a static address (spec.ports[].addresses) or
 the annotations liken.sh/apiserver-url, liken.sh/etcd-client-url and
 liken.sh/etcd-peer-url; a sole leader with neither is reached on
 127.0.0.1. Any problem is reported with its file, document and field, and
-nothing is written. The archive (tar, gzip) is written with mode 0600
+nothing is written.
+
+An even number of leaders is packed with a warning: the datastore
+answers only while a majority of its leaders do, so two leaders survive
+no more failures than one, and four no more than three. The archive (tar, gzip) is written with mode 0600
 because it holds private keys and the join token.
 
 Documents may come from several files, from directories (their .yaml,
@@ -158,6 +162,10 @@ Documents may come from several files, from directories (their .yaml,
 			for _, w := range exposedSecrets(identity) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", w)
 			}
+			leaders := l.Leaders()
+			if w := EvenLeadersWarning(leaders); w != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", w)
+			}
 			if err := l.WriteFile(output, force); err != nil {
 				return fmt.Errorf("writing %s: %w", output, err)
 			}
@@ -168,12 +176,6 @@ Documents may come from several files, from directories (their .yaml,
 			st, err := os.Stat(output)
 			if err != nil {
 				return err
-			}
-			leaders := 0
-			for _, m := range l.Machines {
-				if m.Machine.Spec.Role == v1alpha1.RoleLeader {
-					leaders++
-				}
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Wrote %s (%s, mode 0600): Cluster %s on %s, %s (%s, %s).\n",

@@ -2,6 +2,7 @@ package layer
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"liken.sh/liken/cli/internal/cmdutil"
 )
 
 // run runs liken layer with args in dir and returns stdout, stderr and the
@@ -124,4 +127,45 @@ func TestGenerateCommand(t *testing.T) {
 	id, err := LoadIdentity(filepath.Join(dir, "ident"))
 	assert.NilError(t, err)
 	assert.Assert(t, !strings.Contains(out, strings.TrimSpace(string(id.Files[TokenFile]))))
+}
+
+// An even number of leaders is packed with a warning that says why: the
+// datastore needs a majority, so 2 leaders survive no more failures than
+// 1, and 4 no more than 3.
+func TestPackWarnsAboutAnEvenNumberOfLeaders(t *testing.T) {
+	for _, tc := range []struct {
+		leaders int
+		want    string // "": no warning
+	}{
+		{1, ""},
+		{2, "Warning: 2 leaders survive no more failures than 1 leader: the datastore needs a majority of its leaders (2 of 2) to answer, " +
+			"so it survives no leader down, as 1 leader does, and the extra leader is one more machine that can fail. " +
+			"Use 1 or 3 leaders now: a Machine's role cannot change later without installing the machine again\n"},
+		{3, ""},
+		{4, "Warning: 4 leaders survive no more failures than 3 leaders: the datastore needs a majority of its leaders (3 of 4) to answer, " +
+			"so it survives 1 leader down, as 3 leaders do, and the extra leader is one more machine that can fail. " +
+			"Use 3 or 5 leaders now: a Machine's role cannot change later without installing the machine again\n"},
+	} {
+		t.Run(fmt.Sprintf("%d leaders", tc.leaders), func(t *testing.T) {
+			dir := workdir(t)
+			var docs strings.Builder
+			for i := 1; i <= tc.leaders+1; i++ {
+				role := "Leader"
+				if i > tc.leaders {
+					role = "Worker"
+				}
+				fmt.Fprintf(&docs, "---\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata: {name: node-%d}\n"+
+					"spec:\n  cluster: mycluster\n  role: %s\n  ports: [{name: eth0, addresses: [10.0.0.%d/24]}]\n", i, role, 10+i)
+			}
+			assert.NilError(t, os.WriteFile(filepath.Join(dir, "machines.yaml"), []byte(docs.String()), 0o644))
+			out, stderr, err := run(t, dir, "pack", "-f", "cluster.yaml", "-f", "machines.yaml", "--identity", "identity", "-o", "layer.tgz")
+			assert.NilError(t, err, "a warning does not stop the pack")
+			assert.Equal(t, stderr, tc.want)
+			assert.Assert(t, is.Contains(out, fmt.Sprintf("(%s, 1 worker)", cmdutil.Plural(tc.leaders, "leader", "leaders"))))
+			_, err = os.Stat(filepath.Join(dir, "layer.tgz"))
+			assert.NilError(t, err, "the layer is written")
+			assert.Equal(t, EvenLeadersWarning(tc.leaders) == "", tc.want == "")
+		})
+	}
+	assert.Equal(t, EvenLeadersWarning(0), "")
 }

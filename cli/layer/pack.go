@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/internal/cmdutil"
 )
 
 // PackOptions says what goes into a layer.
@@ -129,4 +132,35 @@ func expandInput(p string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Leaders counts the layer's Machines whose role is Leader.
+func (l *Layer) Leaders() int {
+	n := 0
+	for _, m := range l.Machines {
+		if m.Machine.Spec.Role == v1alpha1.RoleLeader {
+			n++
+		}
+	}
+	return n
+}
+
+// EvenLeadersWarning says why an even number of leaders adds no margin
+// over one leader fewer: the datastore answers only while a majority of
+// its members do, so 2 leaders survive no failure, as 1 does, and 4
+// survive one, as 3 do. It is "" for an odd number of leaders (or none).
+func EvenLeadersWarning(leaders int) string {
+	if leaders <= 0 || leaders%2 != 0 {
+		return ""
+	}
+	majority := leaders/2 + 1
+	survives := "no leader down"
+	if down := leaders - majority; down > 0 {
+		survives = cmdutil.Plural(down, "leader", "leaders") + " down"
+	}
+	return fmt.Sprintf("%d leaders survive no more failures than %s: the datastore needs a majority of its leaders (%d of %d) to answer, "+
+		"so it survives %s, as %s, and the extra leader is one more machine that can fail. "+
+		"Use %d or %d leaders now: a Machine's role cannot change later without installing the machine again",
+		leaders, cmdutil.Plural(leaders-1, "leader", "leaders"), majority, leaders,
+		survives, cmdutil.Plural(leaders-1, "leader does", "leaders do"), leaders-1, leaders+1)
 }

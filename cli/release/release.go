@@ -49,12 +49,28 @@ into the Cluster's spec.releases.catalog. Without --version, the release
 gets the next version of the day: YYYY.MM.DD-001, -002, ...
 
 A published release never changes, because clusters pin its digest: the
-command refuses a version the channel already holds.`,
+command refuses a version the channel already holds.
+
+A release keeps the etcd minor version of the channel's previous release
+(the highest version below it in index.yaml), as the packages.txt
+artifact of each names it (the line built:etcd vX.Y.Z, which make image
+writes). Once the last leader runs a newer etcd minor, the datastore's
+cluster version and storage schema move up to it, and a leader whose
+trial then fails cannot go back to the older etcd of its proven slot. The
+command refuses a release that changes etcd's minor version, or that does
+not say its etcd version after one that does, unless
+--allow-etcd-minor-change says the upgrade is planned. When the channel
+holds no previous release, or the previous one does not say its etcd
+version, it says so and publishes. What it compared is printed on
+standard error.`,
 		Example: `  # Publish an image as today's next release
   liken release ./rootfs.squashfs --channel /srv/liken
 
   # Publish with an explicit version and an extra artifact
   liken release ./rootfs.squashfs --channel /srv/liken --version 2026.10.12-001 --artifact boot/vmlinuz=./vmlinuz
+
+  # Publish a release whose etcd moves to a new minor version, once the upgrade is planned
+  liken release ./rootfs.squashfs --channel /srv/liken --artifact packages.txt=./packages.txt --allow-etcd-minor-change
 
   # Print the digest and catalog entry of a published release
   liken release digest https://releases.liken.sh/2026.10.12-001/release.yaml`,
@@ -68,6 +84,7 @@ command refuses a version the channel already holds.`,
 			if err != nil {
 				return err
 			}
+			fmt.Fprintln(cmd.ErrOrStderr(), res.Etcd.Message)
 			return printEntry(cmd.OutOrStdout(), output, res, fmt.Sprintf("Published release %s in %s (%s).",
 				res.Version, res.Dir, describeArtifacts(res.Document)))
 		},
@@ -76,6 +93,10 @@ command refuses a version the channel already holds.`,
 	cmd.Flags().StringVar(&opts.Version, "version", "", "Release version, YYYY.MM.DD-NNN. Default: the next version of the day.")
 	cmd.Flags().StringArrayVar(&opts.Artifacts, "artifact", nil, "Extra artifact as PATH=FILE, such as boot/vmlinuz=./vmlinuz (repeatable).")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: yaml or json prints only the catalog entry.")
+	cmd.Flags().BoolVar(&opts.AllowEtcdMinorChange, AllowEtcdMinorChangeFlag, false,
+		"Publish even if the release's etcd minor version differs from the channel's previous release, or the release does not say its etcd version. "+
+			"Once the last leader runs the newer etcd, the datastore's cluster version and storage schema move up, "+
+			"and a leader whose trial then fails cannot go back to its proven slot's older etcd: plan the upgrade first.")
 	_ = cmd.MarkFlagDirname("channel")
 	cmd.AddCommand(newDigestCommand())
 	return cmd
@@ -130,6 +151,10 @@ type BuildOptions struct {
 	Version string
 	// Artifacts are extra artifacts, each PATH=FILE.
 	Artifacts []string
+	// AllowEtcdMinorChange publishes a release whose etcd minor version
+	// differs from the channel's previous release, or that does not say
+	// its etcd version after one that does.
+	AllowEtcdMinorChange bool
 }
 
 // Result is a published release.
@@ -142,11 +167,15 @@ type Result struct {
 	Dir string
 	// Document is the release document.
 	Document *noderelease.Document
+	// Etcd is what the comparison of the release's etcd version with the
+	// channel's previous release found; nil for liken release digest.
+	Etcd *EtcdCheck
 }
 
 // Build checks the inputs and publishes the release (see the command's
-// help). The clock gives the publication time and the day of a default
-// version.
+// help), refusing a change of etcd's minor version against the channel's
+// previous release unless opts allow it. The clock gives the publication
+// time and the day of a default version.
 func Build(opts BuildOptions, clk clock.PassiveClock) (*Result, error) {
 	if opts.Channel == "" {
 		return nil, errors.New("no channel directory: pass --channel DIR (the directory your web server shares)")
@@ -155,6 +184,7 @@ func Build(opts BuildOptions, clk clock.PassiveClock) (*Result, error) {
 		return nil, err
 	}
 	sources := []noderelease.Source{{Path: noderelease.RootfsPath, File: opts.Image}}
+	packages := ""
 	for _, a := range opts.Artifacts {
 		p, f, ok := strings.Cut(a, "=")
 		if !ok || p == "" || f == "" {
@@ -162,6 +192,9 @@ func Build(opts BuildOptions, clk clock.PassiveClock) (*Result, error) {
 		}
 		if p == noderelease.RootfsPath || p == noderelease.DocumentName {
 			return nil, fmt.Errorf("--artifact %q: %s is reserved (the image is the IMAGE argument)", a, p)
+		}
+		if p == noderelease.PackagesPath {
+			packages = f
 		}
 		sources = append(sources, noderelease.Source{Path: p, File: f})
 	}
@@ -177,6 +210,13 @@ func Build(opts BuildOptions, clk clock.PassiveClock) (*Result, error) {
 		}
 		version = v
 	}
+	if !noderelease.ValidVersion(version) {
+		return nil, fmt.Errorf("release version %q must look like YYYY.MM.DD-NNN, for example 2026.07.20-001", version)
+	}
+	etcd, err := checkEtcd(opts.Channel, version, packages, opts.AllowEtcdMinorChange)
+	if err != nil {
+		return nil, err
+	}
 	digest, err := noderelease.Build(opts.Channel, version, sources, now)
 	if err != nil {
 		return nil, err
@@ -186,7 +226,7 @@ func Build(opts BuildOptions, clk clock.PassiveClock) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("release %s was written but does not read back: %w", version, err)
 	}
-	return &Result{Version: version, Digest: digest, Dir: dir, Document: doc}, nil
+	return &Result{Version: version, Digest: digest, Dir: dir, Document: doc, Etcd: etcd}, nil
 }
 
 // checkImage refuses anything but a squashfs file.

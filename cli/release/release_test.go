@@ -33,15 +33,23 @@ func image(t *testing.T, dir, name, body string) string {
 // run runs liken release with args and returns stdout and the error.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	out, _, err := runStreams(t, args...)
+	return out, err
+}
+
+// runStreams runs liken release with args and returns stdout, stderr and
+// the error.
+func runStreams(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
 	cmd := newCommand(clocktesting.NewFakePassiveClock(now))
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetErr(&out)
+	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)
 	cmd.SilenceUsage = true
 	cmd.SilenceErrors = true
 	err := cmd.Execute()
-	return out.String(), err
+	return out.String(), errOut.String(), err
 }
 
 func TestReleaseGolden(t *testing.T) {
@@ -50,9 +58,10 @@ func TestReleaseGolden(t *testing.T) {
 	img := image(t, ".", "rootfs.img", strings.Repeat("x", 4096))
 	assert.NilError(t, os.WriteFile("vmlinuz", []byte("kernel"), 0o644))
 
-	out, err := run(t, img, "--channel", "channel", "--artifact", "boot/vmlinuz=vmlinuz")
+	out, stderr, err := runStreams(t, img, "--channel", "channel", "--artifact", "boot/vmlinuz=vmlinuz")
 	assert.NilError(t, err)
 	golden.Assert(t, out, filepath.Join(testdata(t), "release.golden"))
+	assert.Equal(t, stderr, "The channel holds no release before release 2026.11.30-001: there is no etcd version to compare with.\n")
 
 	// release.yaml lists every artifact with its size and sha256, and the
 	// digest is the sha256 of its bytes.

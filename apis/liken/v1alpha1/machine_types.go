@@ -49,7 +49,9 @@ type MachineSpec struct {
 	// Cluster is the name of the machine's Cluster. It cannot change.
 	Cluster string `json:"cluster"`
 	// Role is Leader (runs the datastore and the control plane) or Worker.
-	// Disruption class: Reboot.
+	// It cannot change: to change a machine's role, delete its Machine and
+	// install the machine again with the other role. Disruption class:
+	// Reboot.
 	Role MachineRole `json:"role"`
 	// RebootPolicy is Manual (default: each reboot waits for liken
 	// approve-reboot) or Auto. Disruption class: Live.
