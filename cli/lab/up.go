@@ -470,15 +470,15 @@ spec:
       digest: %s
   network:
     endpoint: %s
-    podCIDR: 10.244.0.0/16
-    serviceCIDR: 10.96.0.0/16
+    podCIDR: %s
+    serviceCIDR: %s
     clusterDNS: 10.96.0.10
   disruption:
     maxUnavailable: 1
     drainTimeout: 1m
     trialTimeout: %s
     stallTimeout: %s
-`, o.name, version, channel, version, digest, endpoint, trial, stall)
+`, o.name, version, channel, version, digest, endpoint, v1.DefaultPodCIDR, v1.DefaultServiceCIDR, trial, stall)
 	for i, n := range machineNames(o.machines) {
 		fmt.Fprintf(&b, "---\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: %s\n", n)
 		if a, ok := reach[n]; ok {

@@ -52,10 +52,11 @@ func (l *Layer) ControlPlaneConfig(machine string) (controlplane.Config, error) 
 
 // LeaderConfig derives a leader's control plane configuration from its
 // Cluster and the Cluster's Machines: the machine's name; the endpoint
-// (NetworkSpec.EndpointURL); the service range (spec.network.serviceCIDR or its
-// default); the first Leader by name, which bootstraps a new datastore; and
-// every Leader with its reach URLs. Each reach URL is the Leader's
-// annotation (v1alpha1.AnnotationAPIServerURL, AnnotationEtcdClientURL,
+// (NetworkSpec.EndpointURL); the service and pod ranges
+// (spec.network.serviceCIDR and podCIDR, or their defaults); the first
+// Leader by name, which bootstraps a new datastore; and every Leader with
+// its reach URLs. Each reach URL is the Leader's annotation
+// (v1alpha1.AnnotationAPIServerURL, AnnotationEtcdClientURL,
 // AnnotationEtcdPeerURL), or else https on its first static address
 // (spec.ports[].addresses, without the prefix length) with port 6443, 2379
 // or 2380. A Cluster's only Leader with neither is reached on 127.0.0.1:
@@ -112,6 +113,7 @@ func deriveConfig(cluster *v1alpha1.Cluster, machines []*v1alpha1.Machine, machi
 		Machine:     machine,
 		Endpoint:    cluster.Spec.Network.EndpointURL(),
 		ServiceCIDR: cluster.Spec.Network.ServiceCIDROrDefault(),
+		PodCIDR:     cluster.Spec.Network.PodCIDROrDefault(),
 	}
 	if len(leaders) > 0 {
 		cfg.FirstLeader = leaders[0].Name

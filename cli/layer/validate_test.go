@@ -102,6 +102,22 @@ func TestValidateDocumentRefuses(t *testing.T) {
 			[]string{"spec.network.endpoint", "Required value"}},
 		{"pod CIDR", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.42.0.0"),
 			[]string{"spec.network.podCIDR", "CIDR"}},
+		{"pod CIDR smaller than a machine's range", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.42.0.0/25"),
+			[]string{"spec.network.podCIDR", "podCIDR 10.42.0.0/25 is smaller than one machine's pod range, a /24"}},
+		{"IPv6 pod CIDR too large to number", cluster("podCIDR: 10.42.0.0/16", "podCIDR: fd00::/32"),
+			[]string{"spec.network.podCIDR", "podCIDR fd00::/32 cannot be numbered in machine ranges of /64"}},
+		{"pod CIDR holding the service range", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.0.0.0/8"),
+			[]string{"spec.network.podCIDR", "podCIDR 10.0.0.0/8 overlaps serviceCIDR 10.96.0.0/16 (the default)", "ranges of their own"}},
+		{"service CIDR holding the pod range", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.42.0.0/16\n    serviceCIDR: 10.40.0.0/14"),
+			[]string{"spec.network.podCIDR", "podCIDR 10.42.0.0/16 overlaps serviceCIDR 10.40.0.0/14"}},
+		{"service CIDR holding the default pod range", cluster("podCIDR: 10.42.0.0/16", "serviceCIDR: 10.240.0.0/12"),
+			[]string{"spec.network.podCIDR", "podCIDR " + likenv1.DefaultPodCIDR + " (the default) overlaps serviceCIDR 10.240.0.0/12"}},
+		{"cluster DNS outside the service range", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.42.0.0/16\n    serviceCIDR: 10.43.0.0/16\n    clusterDNS: 10.96.0.10"),
+			[]string{"spec.network.clusterDNS", "clusterDNS 10.96.0.10 is not inside serviceCIDR 10.43.0.0/16", "such as its tenth"}},
+		{"cluster DNS outside the default service range", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.42.0.0/16\n    clusterDNS: 10.43.0.10"),
+			[]string{"spec.network.clusterDNS", "clusterDNS 10.43.0.10 is not inside serviceCIDR " + likenv1.DefaultServiceCIDR + " (the default)"}},
+		{"cluster DNS of another family", cluster("podCIDR: 10.42.0.0/16", "podCIDR: 10.42.0.0/16\n    clusterDNS: fd00::10"),
+			[]string{"spec.network.clusterDNS", "clusterDNS fd00::10 is not inside serviceCIDR"}},
 		{"max unavailable percentage", cluster("maxUnavailable: 1", "maxUnavailable: 150%"),
 			[]string{"spec.disruption.maxUnavailable", "percentage"}},
 		{"unknown field", cluster("  network:", "  netwrk: {}\n  network:"),
@@ -373,4 +389,42 @@ func TestRegistryMirrorRulesMatchTheMachine(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want, "%q %q", tc.registry, tc.endpoint)
 		assert.Assert(t, machineErr != nil, "the machine accepts %q %q, which the Cluster refuses", tc.registry, tc.endpoint)
 	}
+}
+
+// TestPodCIDRRulesMatchTheControlPlane: the Cluster's schema refuses the
+// pod ranges the controller manager could not cut into Node ranges
+// (v1alpha1.NodePodCIDRPrefix), and accepts those it can; the defaults
+// its rules assume are v1alpha1's.
+func TestPodCIDRRulesMatchTheControlPlane(t *testing.T) {
+	for _, tc := range []struct {
+		podCIDR string
+		want    string // "" when accepted
+	}{
+		{"10.42.0.0/16", ""},
+		{"10.128.0.0/9", ""},
+		{"192.168.5.0/24", ""},
+		{"10.42.0.0/25", "is smaller than one machine's pod range"},
+		{"10.42.0.1/32", "is smaller than one machine's pod range"},
+		{"fd00:10:244::/56", ""},
+		{"fd00:10::/48", ""},
+		{"fd00:10:244:1::/64", ""},
+		{"fd00:10:244:1::/65", "cannot be numbered in machine ranges of /64"},
+		{"fd00::/47", "cannot be numbered in machine ranges of /64"},
+	} {
+		doc := strings.Replace(validCluster, "podCIDR: 10.42.0.0/16", "podCIDR: "+tc.podCIDR, 1)
+		_, err := ValidateDocument("input.yaml", []byte(doc))
+		_, cpErr := likenv1.NodePodCIDRPrefix(tc.podCIDR)
+		if tc.want == "" {
+			assert.NilError(t, err, tc.podCIDR)
+			assert.NilError(t, cpErr, tc.podCIDR)
+			continue
+		}
+		assert.ErrorContains(t, err, tc.want, tc.podCIDR)
+		assert.Assert(t, cpErr != nil, "the control plane accepts %s, which the Cluster refuses", tc.podCIDR)
+	}
+	// Unset, each range is its default, and the defaults do not overlap.
+	d, err := ValidateDocument("input.yaml", []byte(strings.Replace(validCluster, "    podCIDR: 10.42.0.0/16\n", "    clusterDNS: 10.96.0.10\n", 1)))
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(d.Cluster.Spec.Network.PodCIDROrDefault(), likenv1.DefaultPodCIDR))
+	assert.Check(t, is.Equal(d.Cluster.Spec.Network.ServiceCIDROrDefault(), likenv1.DefaultServiceCIDR))
 }

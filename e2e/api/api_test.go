@@ -336,15 +336,48 @@ func TestRefusals(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, got.Spec.Version, "2026.10.10-001")
 
-	// spec.cluster of a Machine cannot change.
-	m, err := cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
-		Spec:       v1.MachineSpec{Cluster: "edited", Role: v1.RoleLeader},
-	}, metav1.CreateOptions{})
-	assert.NilError(t, err)
-	m.Spec.Cluster = "other"
-	_, err = cs.LikenV1alpha1().Machines().Update(ctx, m, metav1.UpdateOptions{})
-	assert.ErrorContains(t, err, "spec.cluster cannot change")
+	// A Machine's cluster and role cannot change (a leader marked Worker
+	// could go down beside another leader); its other fields can. A
+	// refused update leaves the stored Machine as it was.
+	for _, tc := range []struct {
+		name   string
+		role   v1.MachineRole
+		mutate func(*v1.MachineSpec)
+		want   []string // empty: the update is accepted
+	}{
+		{"cluster", v1.RoleLeader, func(s *v1.MachineSpec) { s.Cluster = "other" }, []string{"spec.cluster cannot change"}},
+		{"role Leader to Worker", v1.RoleLeader, func(s *v1.MachineSpec) { s.Role = v1.RoleWorker },
+			[]string{"spec.role", "spec.role cannot change", "beside another leader", "datastore its majority",
+				"delete its Machine and install the machine again with the other role"}},
+		{"role Worker to Leader", v1.RoleWorker, func(s *v1.MachineSpec) { s.Role = v1.RoleLeader }, []string{"spec.role", "spec.role cannot change"}},
+		{"role left alone", v1.RoleLeader, func(s *v1.MachineSpec) { s.RebootPolicy = v1.RebootAuto }, nil},
+	} {
+		t.Run("update "+tc.name, func(t *testing.T) {
+			name := "update-" + strings.ReplaceAll(strings.ToLower(tc.name), " ", "-")
+			m, err := cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       v1.MachineSpec{Cluster: "edited", Role: tc.role, RebootPolicy: v1.RebootManual},
+			}, metav1.CreateOptions{})
+			assert.NilError(t, err)
+			before := m.Spec
+			edited := m.DeepCopy()
+			tc.mutate(&edited.Spec)
+			_, err = cs.LikenV1alpha1().Machines().Update(ctx, edited, metav1.UpdateOptions{})
+			got, gerr := cs.LikenV1alpha1().Machines().Get(ctx, name, metav1.GetOptions{})
+			assert.NilError(t, gerr)
+			if len(tc.want) == 0 {
+				assert.NilError(t, err)
+				assert.DeepEqual(t, got.Spec, edited.Spec)
+				return
+			}
+			assert.Assert(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+			for _, w := range tc.want {
+				assert.Assert(t, is.Contains(err.Error(), w))
+			}
+			assert.DeepEqual(t, got.Spec, before)
+			assert.Equal(t, got.ResourceVersion, m.ResourceVersion, "a refused update must change nothing")
+		})
+	}
 	_, err = cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-9"},
 		Spec:       v1.MachineSpec{Cluster: "edited", Role: "Boss"},

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/atomicfile"
@@ -28,10 +29,11 @@ import (
 )
 
 // OS applies changes to the running operating system: sysctls and NTP
-// live, the node agent's configuration with a restart of the agent, and, at boot, kernel
-// modules, network ports, data disks, the console banner and the
-// kubernetes Service route (ServiceChain). Every path is under Root so
-// tests can run it in a folder.
+// live, the node agent's configuration with a restart of the agent, and,
+// at boot, kernel modules, network ports, data disks, the console banner,
+// the kubelet's cluster DNS address, the pods' masquerade
+// (PodMasqueradeChain) and the kubernetes Service route (ServiceChain).
+// Every path is under Root so tests can run it in a folder.
 type OS struct {
 	// Root prefixes every path: "/" on a machine.
 	Root string
@@ -60,6 +62,15 @@ const ServiceChain = "LIKEN-SERVICES"
 // serviceJumps are the nat chains that jump to ServiceChain.
 var serviceJumps = []string{"PREROUTING", "OUTPUT"}
 
+// PodMasqueradeChain is liken's nat chain that masquerades pods' traffic
+// leaving the Cluster's pod range (spec.network.podCIDR): a pod's packet
+// to an address outside the range leaves with the machine's address, one
+// to an address inside it keeps the pod's, and the machine's own packets
+// keep theirs. POSTROUTING jumps to it. The CNI configuration masquerades
+// nothing itself (the bridge plugin's ipMasq would hide a pod's address
+// from the pods of other machines too).
+const PodMasqueradeChain = "LIKEN-POD-MASQ"
+
 // Files the OS applier writes, relative to Root.
 const (
 	TimesyncdDropIn = "etc/systemd/timesyncd.conf.d/50-liken.conf"
@@ -70,6 +81,14 @@ const (
 	// in the image's containerd config): one <registry>/hosts.toml per
 	// settings.registryMirrors entry.
 	AgentRegistriesDir = "var/lib/liken/agent/registries"
+	// KubeletConfigDir is the kubelet's drop-in folder (its --config-dir,
+	// which the image's /usr/lib/liken/kubelet passes once the folder
+	// exists), on the slot store's partition: the kubelet starts with it
+	// at every boot.
+	KubeletConfigDir = "var/lib/liken/agent/kubelet.conf.d"
+	// KubeletNetworkFile holds the kubelet's clusterDNS, the Cluster's
+	// spec.network.clusterDNS (the image's kubelet.yaml sets clusterDomain).
+	KubeletNetworkFile = KubeletConfigDir + "/50-liken-network.conf"
 	KernelArgsFile     = BootDir + "/" + boot.KernelArgsFile
 	BannerFile         = "etc/issue"
 	NetworkdDir        = "etc/systemd/network"
@@ -320,10 +339,11 @@ func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
 
 // Boot loads the kernel modules, writes the network configuration, mounts
 // the data disks (making a filesystem only on a disk that has none),
-// writes the banner, the Live settings and k3s's files, and installs the
-// kubernetes Service route (serviceRoute) last, once the network is
-// configured. Every step can run again: Boot runs at every boot and
-// again after a failed boot apply.
+// writes the banner, the Live settings and k3s's files, installs the pods'
+// masquerade (podMasquerade), gives the kubelet the cluster DNS address
+// (kubeletNetwork), and installs the kubernetes Service route
+// (serviceRoute) last, once the network is configured. Every step can run
+// again: Boot runs at every boot and again after a failed boot apply.
 func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	for _, m := range cfg.KernelModules {
 		if !moduleName.MatchString(m.Name) {
@@ -366,15 +386,127 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	if err := o.agentFiles(cfg); err != nil {
 		return err
 	}
+	if err := o.podMasquerade(ctx, cfg.Network); err != nil {
+		return err
+	}
+	if err := o.kubeletNetwork(ctx, cfg.Network); err != nil {
+		return err
+	}
 	return o.serviceRoute(ctx, cfg.Network)
+}
+
+// kubeletNetwork writes KubeletNetworkFile with the Cluster's clusterDNS
+// (removes it when clusterDNS is unset) and, when that changed the file,
+// restarts the kubelet, which reads it only when it starts: at a machine's
+// first boot, at the first boot of a release that brought the file, and at
+// the boot that applies a new clusterDNS. At every other boot the kubelet
+// started with the file already there. The pods keep running.
+func (o *OS) kubeletNetwork(ctx context.Context, n likenv1.NetworkSpec) error {
+	var want []byte
+	if n.ClusterDNS != "" {
+		ip, err := netip.ParseAddr(n.ClusterDNS)
+		if err != nil {
+			return fmt.Errorf("the kubelet's cluster DNS: spec.network.clusterDNS %q is not an IP address; correct the Cluster", n.ClusterDNS)
+		}
+		want = fmt.Appendf(nil, "# Written by liken-node at boot from the Cluster's spec.network.clusterDNS.\n"+
+			"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- %s\n", ip)
+	}
+	file := o.path(KubeletNetworkFile)
+	old, err := os.ReadFile(file)
+	had := err == nil
+	if !had && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the kubelet's cluster DNS: %w", err)
+	}
+	if had == (want != nil) && bytes.Equal(old, want) {
+		return nil
+	}
+	// put makes the file hold content, or not exist when content is nil.
+	put := func(content []byte) error {
+		if content == nil {
+			if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		}
+		return o.write(KubeletNetworkFile, content, 0o644)
+	}
+	if err := put(want); err != nil {
+		return fmt.Errorf("the kubelet's cluster DNS: %w", err)
+	}
+	if err := o.run(ctx, "systemctl", "try-restart", "kubelet.service"); err != nil {
+		// Put the old file back (none when there was none), so that the
+		// retry restarts the kubelet.
+		_ = put(old)
+		return fmt.Errorf("restarting the kubelet for the cluster DNS address: %w", err)
+	}
+	klog.FromContext(ctx).Info("Restarted the kubelet for the Cluster's cluster DNS address", "clusterDNS", n.ClusterDNS, "file", "/"+KubeletNetworkFile)
+	return nil
+}
+
+// podMasquerade makes PodMasqueradeChain hold exactly its three rules,
+// from the Cluster's pod range (spec.network.podCIDR or its default):
+// return for a destination inside the range and for a packet from one of
+// the machine's own addresses, masquerade the rest, and makes POSTROUTING
+// jump to it once. ip6tables for an IPv6 range.
+func (o *OS) podMasquerade(ctx context.Context, n likenv1.NetworkSpec) error {
+	cidr := n.PodCIDROrDefault()
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return fmt.Errorf("the pods' masquerade: spec.network.podCIDR %q is not a CIDR; correct the Cluster", cidr)
+	}
+	tables := "iptables"
+	if !p.Addr().Is4() {
+		tables = "ip6tables"
+	}
+	rules := [][]string{
+		{"-d", p.Masked().String(), "-j", "RETURN"},
+		{"-m", "addrtype", "--src-type", "LOCAL", "-j", "RETURN"},
+		{"-j", "MASQUERADE"},
+	}
+	if err := o.natChain(ctx, tables, PodMasqueradeChain, rules, []string{"POSTROUTING"}); err != nil {
+		return fmt.Errorf("installing the pods' masquerade (traffic leaving %s): %w", p.Masked(), err)
+	}
+	return nil
+}
+
+// natChain makes the nat chain hold exactly rules, in order, and makes
+// each of the jumps chains jump to it once. The chain is made when tables
+// (iptables or ip6tables) cannot list it, then flushed and refilled; a
+// jump is added only when -C does not find it. Every call waits for the
+// xtables lock.
+func (o *OS) natChain(ctx context.Context, tables, chain string, rules [][]string, jumps []string) error {
+	nat := func(args ...string) error {
+		return o.run(ctx, tables, append([]string{"-w", "-t", "nat"}, args...)...)
+	}
+	// -S fails when the chain does not exist; -N would fail when it does.
+	if nat("-S", chain) != nil {
+		if err := nat("-N", chain); err != nil {
+			return err
+		}
+	}
+	if err := nat("-F", chain); err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if err := nat(append([]string{"-A", chain}, r...)...); err != nil {
+			return err
+		}
+	}
+	for _, c := range jumps {
+		if nat("-C", c, "-j", chain) == nil {
+			continue
+		}
+		if err := nat("-A", c, "-j", chain); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // serviceRoute makes ServiceChain hold exactly one DNAT rule, from the
 // first service address's TCP port 443 to the endpoint's address and port
 // (a name resolved now, to its first IPv4 address), and makes PREROUTING
-// and OUTPUT jump to it once. The chain is made when iptables cannot list
-// it, then flushed and refilled; a jump is added only when iptables -C
-// does not find it. IPv4 only.
+// and OUTPUT jump to it once (natChain). IPv4 only.
 func (o *OS) serviceRoute(ctx context.Context, n likenv1.NetworkSpec) error {
 	cidr := n.ServiceCIDROrDefault()
 	svc, err := likenv1.FirstServiceIP(cidr)
@@ -388,31 +520,9 @@ func (o *OS) serviceRoute(ctx context.Context, n likenv1.NetworkSpec) error {
 	if err != nil {
 		return fmt.Errorf("the kubernetes Service route: %w", err)
 	}
-	ipt := func(args ...string) error {
-		return o.run(ctx, "iptables", append([]string{"-w", "-t", "nat"}, args...)...)
-	}
-	fail := func(err error) error {
+	rule := []string{"-d", svc.String() + "/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to.String()}
+	if err := o.natChain(ctx, "iptables", ServiceChain, [][]string{rule}, serviceJumps); err != nil {
 		return fmt.Errorf("installing the kubernetes Service route (%s:443 → %s): %w", svc, to, err)
-	}
-	// -S fails when the chain does not exist; -N would fail when it does.
-	if ipt("-S", ServiceChain) != nil {
-		if err := ipt("-N", ServiceChain); err != nil {
-			return fail(err)
-		}
-	}
-	if err := ipt("-F", ServiceChain); err != nil {
-		return fail(err)
-	}
-	if err := ipt("-A", ServiceChain, "-d", svc.String()+"/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to.String()); err != nil {
-		return fail(err)
-	}
-	for _, c := range serviceJumps {
-		if ipt("-C", c, "-j", ServiceChain) == nil {
-			continue
-		}
-		if err := ipt("-A", c, "-j", ServiceChain); err != nil {
-			return fail(err)
-		}
 	}
 	return nil
 }

@@ -68,6 +68,13 @@ func TestOSApplier(t *testing.T) {
 		"networkctl reload",
 		"blkid -p /dev/vdb",
 		"mount -t ext4 /dev/vdb /var/lib/data",
+		"iptables -w -t nat -S LIKEN-POD-MASQ",
+		"iptables -w -t nat -F LIKEN-POD-MASQ",
+		"iptables -w -t nat -A LIKEN-POD-MASQ -d 10.42.0.0/16 -j RETURN",
+		"iptables -w -t nat -A LIKEN-POD-MASQ -m addrtype --src-type LOCAL -j RETURN",
+		"iptables -w -t nat -A LIKEN-POD-MASQ -j MASQUERADE",
+		"iptables -w -t nat -C POSTROUTING -j LIKEN-POD-MASQ",
+		"systemctl try-restart kubelet.service",
 		"iptables -w -t nat -S LIKEN-SERVICES",
 		"iptables -w -t nat -F LIKEN-SERVICES",
 		"iptables -w -t nat -A LIKEN-SERVICES -d 10.43.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:6443",
@@ -76,21 +83,42 @@ func TestOSApplier(t *testing.T) {
 	})
 }
 
-// fakeNAT is iptables' nat table, as far as the kubernetes Service route
-// uses it: chains of rules, and each command failing where iptables
-// fails, with exit status 1. Other commands succeed.
+// fakeNAT is the nat tables of iptables and ip6tables, as far as the
+// kubernetes Service route and the pods' masquerade use them: chains of
+// rules, and each command failing where iptables fails, with exit status
+// 1. Other commands succeed.
 type fakeNAT struct {
-	chains map[string][]string
-	cmds   []string // the iptables commands run
-	fail   string   // a command that fails, by its start
+	chains  map[string][]string // iptables' nat table
+	chains6 map[string][]string // ip6tables' nat table
+	cmds    []string            // the iptables and ip6tables commands run
+	fail    string              // a command that fails, by its start
 }
 
 func newFakeNAT() *fakeNAT {
-	return &fakeNAT{chains: map[string][]string{"PREROUTING": nil, "OUTPUT": nil, "POSTROUTING": nil}}
+	builtin := func() map[string][]string {
+		return map[string][]string{"PREROUTING": nil, "OUTPUT": nil, "POSTROUTING": nil}
+	}
+	return &fakeNAT{chains: builtin(), chains6: builtin()}
+}
+
+// only are the commands run that name chain.
+func (f *fakeNAT) only(chain string) []string {
+	var out []string
+	for _, c := range f.cmds {
+		if strings.Contains(c, " "+chain) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (f *fakeNAT) run(_ context.Context, name string, args ...string) error {
-	if name != "iptables" {
+	chains := f.chains
+	switch name {
+	case "iptables":
+	case "ip6tables":
+		chains = f.chains6
+	default:
 		return nil
 	}
 	cmd := strings.Join(append([]string{name}, args...), " ")
@@ -102,7 +130,7 @@ func (f *fakeNAT) run(_ context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s: not a command the fake knows", cmd)
 	}
 	op, chain, rule := args[3], args[4], strings.Join(args[5:], " ")
-	rules, exists := f.chains[chain]
+	rules, exists := chains[chain]
 	exit1 := fmt.Errorf("%s: exit status 1", cmd)
 	switch op {
 	case "-S", "-F", "-A", "-C":
@@ -116,16 +144,16 @@ func (f *fakeNAT) run(_ context.Context, name string, args ...string) error {
 	default:
 		return fmt.Errorf("%s: not a command the fake knows", cmd)
 	}
-	if target, ok := strings.CutPrefix(rule, "-j "); ok && target != "DNAT" {
-		if _, ok := f.chains[target]; !ok {
+	if target, ok := strings.CutPrefix(rule, "-j "); ok && target != "DNAT" && target != "MASQUERADE" && target != "RETURN" {
+		if _, ok := chains[target]; !ok {
 			return exit1 // Couldn't load target.
 		}
 	}
 	switch op {
 	case "-N", "-F":
-		f.chains[chain] = []string{}
+		chains[chain] = []string{}
 	case "-A":
-		f.chains[chain] = append(rules, rule)
+		chains[chain] = append(rules, rule)
 	case "-C":
 		if !slices.Contains(rules, rule) {
 			return exit1 // Bad rule (does a matching rule exist in that chain?).
@@ -191,15 +219,18 @@ func TestOSBootServiceRoute(t *testing.T) {
 			cfg := base()
 			cfg.Network.Endpoint, cfg.Network.ServiceCIDR = tc.endpoint, tc.serviceCIDR
 			add := "iptables -w -t nat -A LIKEN-SERVICES " + tc.rule
-			want := map[string][]string{"LIKEN-SERVICES": {tc.rule}, "PREROUTING": {"-j LIKEN-SERVICES"}, "OUTPUT": {"-j LIKEN-SERVICES"}, "POSTROUTING": nil}
+			want := map[string][]string{
+				"LIKEN-SERVICES": {tc.rule}, "PREROUTING": {"-j LIKEN-SERVICES"}, "OUTPUT": {"-j LIKEN-SERVICES"},
+				"LIKEN-POD-MASQ": podMasq("10.42.0.0/16"), "POSTROUTING": {"-j LIKEN-POD-MASQ"},
+			}
 
 			assert.NilError(t, o.Boot(context.Background(), cfg))
-			assert.DeepEqual(t, nat.cmds, append([]string{s, n, f, add}, jumps...))
+			assert.DeepEqual(t, nat.only("LIKEN-SERVICES"), append([]string{s, n, f, add}, jumps...))
 			assert.DeepEqual(t, nat.chains, want)
 
 			nat.cmds = nil
 			assert.NilError(t, o.Boot(context.Background(), cfg))
-			assert.DeepEqual(t, nat.cmds, append([]string{s, f, add}, checks...))
+			assert.DeepEqual(t, nat.only("LIKEN-SERVICES"), append([]string{s, f, add}, checks...))
 			assert.DeepEqual(t, nat.chains, want)
 		})
 	}
@@ -249,9 +280,161 @@ func TestOSBootServiceRouteErrors(t *testing.T) {
 			cfg := base()
 			cfg.Network.Endpoint, cfg.Network.ServiceCIDR = tc.endpoint, tc.serviceCIDR
 			assert.ErrorContains(t, o.Boot(context.Background(), cfg), tc.want)
-			assert.Equal(t, len(nat.cmds), tc.ran, "%q", nat.cmds)
+			assert.Equal(t, len(nat.only("LIKEN-SERVICES")), tc.ran, "%q", nat.cmds)
 		})
 	}
+}
+
+// podMasq are the rules of LIKEN-POD-MASQ for the pod range cidr.
+func podMasq(cidr string) []string {
+	return []string{"-d " + cidr + " -j RETURN", "-m addrtype --src-type LOCAL -j RETURN", "-j MASQUERADE"}
+}
+
+// TestOSBootPodMasquerade: Boot masquerades pods' traffic leaving the
+// Cluster's pod range with a chain of liken's own, and a second Boot
+// (every boot, a retry, a new range) leaves that chain's rules once.
+func TestOSBootPodMasquerade(t *testing.T) {
+	for _, tc := range []struct {
+		name, podCIDR string
+		tables        string // iptables or ip6tables
+		masked        string // the range in the rules
+	}{
+		{"the default range", "", "iptables", "10.244.0.0/16"},
+		{"the Cluster's range", "10.42.0.0/16", "iptables", "10.42.0.0/16"},
+		{"a range with host bits", "10.42.7.1/16", "iptables", "10.42.0.0/16"},
+		{"an IPv6 range", "fd00:10:244::/56", "ip6tables", "fd00:10:244::/56"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nat := newFakeNAT()
+			o := &OS{Root: sysRoot(t), Run: nat.run, stat: blockDeviceStat}
+			cfg := base()
+			cfg.Network.PodCIDR = tc.podCIDR
+			cmd := tc.tables + " -w -t nat "
+			first := []string{
+				cmd + "-S LIKEN-POD-MASQ", cmd + "-N LIKEN-POD-MASQ", cmd + "-F LIKEN-POD-MASQ",
+				cmd + "-A LIKEN-POD-MASQ -d " + tc.masked + " -j RETURN",
+				cmd + "-A LIKEN-POD-MASQ -m addrtype --src-type LOCAL -j RETURN",
+				cmd + "-A LIKEN-POD-MASQ -j MASQUERADE",
+				cmd + "-C POSTROUTING -j LIKEN-POD-MASQ", cmd + "-A POSTROUTING -j LIKEN-POD-MASQ",
+			}
+			chains := nat.chains
+			if tc.tables == "ip6tables" {
+				chains = nat.chains6
+			}
+
+			assert.NilError(t, o.Boot(context.Background(), cfg))
+			assert.DeepEqual(t, nat.only("LIKEN-POD-MASQ"), first)
+			assert.DeepEqual(t, chains["LIKEN-POD-MASQ"], podMasq(tc.masked))
+			assert.DeepEqual(t, chains["POSTROUTING"], []string{"-j LIKEN-POD-MASQ"})
+
+			nat.cmds = nil
+			assert.NilError(t, o.Boot(context.Background(), cfg))
+			assert.DeepEqual(t, nat.only("LIKEN-POD-MASQ"), []string{first[0], first[2], first[3], first[4], first[5], first[6]})
+			assert.DeepEqual(t, chains["LIKEN-POD-MASQ"], podMasq(tc.masked))
+			assert.DeepEqual(t, chains["POSTROUTING"], []string{"-j LIKEN-POD-MASQ"})
+		})
+	}
+}
+
+func TestOSBootPodMasqueradeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, podCIDR, fail, want string
+	}{
+		{name: "a range that is no CIDR", podCIDR: "10.42.0.0",
+			want: `the pods' masquerade: spec.network.podCIDR "10.42.0.0" is not a CIDR; correct the Cluster`},
+		{name: "iptables failing", podCIDR: "10.42.0.0/16", fail: "iptables -w -t nat -A LIKEN-POD-MASQ -j MASQUERADE",
+			want: "installing the pods' masquerade (traffic leaving 10.42.0.0/16): iptables -w -t nat -A LIKEN-POD-MASQ -j MASQUERADE: exit status 4"},
+		{name: "the jump refused", podCIDR: "10.42.0.0/16", fail: "iptables -w -t nat -A POSTROUTING",
+			want: "installing the pods' masquerade (traffic leaving 10.42.0.0/16): iptables -w -t nat -A POSTROUTING -j LIKEN-POD-MASQ: exit status 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nat := newFakeNAT()
+			nat.fail = tc.fail
+			o := &OS{Root: sysRoot(t), Run: nat.run, stat: blockDeviceStat}
+			cfg := base()
+			cfg.Network.PodCIDR = tc.podCIDR
+			assert.ErrorContains(t, o.Boot(context.Background(), cfg), tc.want)
+			assert.Check(t, is.Len(nat.only("LIKEN-SERVICES"), 0), "the Service route was installed after the masquerade failed")
+		})
+	}
+}
+
+// TestOSBootKubeletNetwork: Boot gives the kubelet the Cluster's cluster
+// DNS address in a drop-in of its own, and restarts the kubelet only when
+// the drop-in changed: a machine's first boot, a new clusterDNS.
+func TestOSBootKubeletNetwork(t *testing.T) {
+	const restart = "systemctl try-restart kubelet.service"
+	dropIn := func(ip string) string {
+		return "# Written by liken-node at boot from the Cluster's spec.network.clusterDNS.\n" +
+			"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- " + ip + "\n"
+	}
+	restarts := func(l *cmdLog) int {
+		n := 0
+		for _, c := range l.cmds {
+			if c == restart {
+				n++
+			}
+		}
+		return n
+	}
+	var log cmdLog
+	o := &OS{Root: sysRoot(t), Run: log.run, stat: blockDeviceStat}
+	ctx := context.Background()
+	// read is the drop-in, or "" when there is none.
+	read := func() string {
+		b, err := os.ReadFile(filepath.Join(o.Root, KubeletNetworkFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			return ""
+		}
+		assert.NilError(t, err)
+		return string(b)
+	}
+	cfg := base()
+	for _, step := range []struct {
+		name, clusterDNS, file string
+		restarts               int
+	}{
+		{"a first boot without an address", "", "", 0},
+		{"the first boot with an address", "10.43.0.10", dropIn("10.43.0.10"), 1},
+		{"another boot", "10.43.0.10", dropIn("10.43.0.10"), 0},
+		{"a new address", "10.43.0.53", dropIn("10.43.0.53"), 1},
+		{"an IPv6 address", "fd00:10:96::a", dropIn("fd00:10:96::a"), 1},
+		{"no address any more", "", "", 1},
+		{"no address again", "", "", 0},
+	} {
+		log.cmds = nil
+		cfg.Network.ClusterDNS = step.clusterDNS
+		assert.NilError(t, o.Boot(ctx, cfg), step.name)
+		assert.Check(t, is.Equal(read(), step.file), step.name)
+		assert.Check(t, is.Equal(restarts(&log), step.restarts), step.name)
+	}
+
+	// A failed restart puts the old file back, so the retry restarts.
+	for _, old := range []string{"", "10.43.0.53"} {
+		cfg.Network.ClusterDNS = old
+		assert.NilError(t, o.Boot(ctx, cfg))
+		o.Run = func(ctx context.Context, name string, args ...string) error {
+			if name == "systemctl" && strings.Join(args, " ") == "try-restart kubelet.service" {
+				return errors.New("exit status 1")
+			}
+			return nil
+		}
+		cfg.Network.ClusterDNS = "10.43.0.10"
+		assert.ErrorContains(t, o.Boot(ctx, cfg), "restarting the kubelet for the cluster DNS address: exit status 1")
+		want := ""
+		if old != "" {
+			want = dropIn(old)
+		}
+		assert.Check(t, is.Equal(read(), want), "after a failed restart from %q", old)
+		o.Run = log.run
+		log.cmds = nil
+		assert.NilError(t, o.Boot(ctx, cfg))
+		assert.Check(t, is.Equal(restarts(&log), 1))
+		assert.Check(t, is.Equal(read(), dropIn("10.43.0.10")))
+	}
+
+	cfg.Network.ClusterDNS = "10.43.0.10\nclusterDomain: evil"
+	assert.ErrorContains(t, o.Boot(ctx, cfg), `the kubelet's cluster DNS: spec.network.clusterDNS "10.43.0.10\nclusterDomain: evil" is not an IP address`)
 }
 
 func TestOSApplierRefusesBadValues(t *testing.T) {
@@ -512,4 +695,18 @@ func TestStopUnit(t *testing.T) {
 
 	o.Run = func(context.Context, string, ...string) error { return errors.New("exit status 5") }
 	assert.Error(t, o.StopUnit(ctx, APIServerUnit), "stopping kube-apiserver.service: exit status 5")
+}
+
+// TestImageKubeletReadsTheAgentFiles: the image's kubelet wrapper passes
+// the drop-in folder and the argument file liken-node writes.
+func TestImageKubeletReadsTheAgentFiles(t *testing.T) {
+	repo, err := srctree.Find()
+	assert.NilError(t, err)
+	b, err := os.ReadFile(filepath.Join(repo, "image", "build", "rootfs", "usr", "lib", "liken", "kubelet"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(b), "dropins=/"+KubeletConfigDir+"\n"))
+	assert.Check(t, is.Contains(string(b), `"--config-dir=$dropins"`))
+	assert.Check(t, is.Contains(string(b), "args=/"+AgentArgsFile+"\n"))
+	assert.Check(t, strings.HasPrefix(KubeletNetworkFile, KubeletConfigDir+"/") && strings.HasSuffix(KubeletNetworkFile, ".conf"),
+		"the kubelet reads only .conf files of its drop-in folder: %s", KubeletNetworkFile)
 }

@@ -27,6 +27,7 @@ func certsConfig() Config {
 		Machine:     "leader-2",
 		Endpoint:    "https://api.fleet.example:6443",
 		ServiceCIDR: "10.43.0.0/16",
+		PodCIDR:     "10.42.0.0/16",
 		FirstLeader: "leader-1",
 		Leaders: []Leader{
 			{Name: "leader-1", APIServer: "https://192.168.1.11:6443", EtcdClient: "https://192.168.1.11:2379", EtcdPeer: "https://192.168.1.11:2380"},

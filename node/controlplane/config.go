@@ -27,6 +27,11 @@ type Config struct {
 	Endpoint string `json:"endpoint"`
 	// ServiceCIDR is the Cluster's service range, such as 10.96.0.0/16.
 	ServiceCIDR string `json:"serviceCIDR"`
+	// PodCIDR is the Cluster's pod range, such as 10.244.0.0/16, out of
+	// which the controller manager gives each Node its range. Empty (a
+	// configuration written before liken gave Nodes ranges) is
+	// v1alpha1.DefaultPodCIDR.
+	PodCIDR string `json:"podCIDR,omitempty"`
 	// FirstLeader names the leader that bootstraps a new datastore: the
 	// first Leader by name.
 	FirstLeader string `json:"firstLeader"`
@@ -79,6 +84,9 @@ func (c Config) Validate() error {
 		add("serviceCIDR", "missing; give the Cluster's service range, such as 10.96.0.0/16")
 	} else if _, err := c.FirstServiceIP(); err != nil {
 		add("serviceCIDR", "%v", err)
+	}
+	if _, err := likenv1.NodePodCIDRPrefix(c.PodCIDROrDefault()); err != nil {
+		add("podCIDR", "%v", err)
 	}
 	if len(c.Leaders) == 0 {
 		add("leaders", "none; list every leader with its reach URLs")
@@ -168,4 +176,9 @@ func (c Config) Self() (Leader, error) {
 // Service takes: 10.96.0.1 for 10.96.0.0/16 (v1alpha1.FirstServiceIP).
 func (c Config) FirstServiceIP() (net.IP, error) {
 	return likenv1.FirstServiceIP(c.ServiceCIDR)
+}
+
+// PodCIDROrDefault is PodCIDR, or v1alpha1.DefaultPodCIDR when it is empty.
+func (c Config) PodCIDROrDefault() string {
+	return (&likenv1.NetworkSpec{PodCIDR: c.PodCIDR}).PodCIDROrDefault()
 }

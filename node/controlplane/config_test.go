@@ -58,6 +58,17 @@ func TestLoad(t *testing.T) {
 	assert.Check(t, is.Equal(ip.String(), "10.96.0.1"))
 }
 
+// TestLoadPodCIDR: liken install writes the Cluster's pod range; a
+// configuration from before it has none and means the default.
+func TestLoadPodCIDR(t *testing.T) {
+	c, err := Load(writeFile(t, goodConfig+"podCIDR: 10.42.0.0/16\n"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(c.PodCIDROrDefault(), "10.42.0.0/16"))
+	c, err = Load(writeFile(t, goodConfig))
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(c.PodCIDROrDefault(), "10.244.0.0/16"))
+}
+
 func TestLoadRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name, content, want string
@@ -99,6 +110,8 @@ func TestValidate(t *testing.T) {
 		{"service CIDR missing", func(c *Config) { c.ServiceCIDR = "" }, "serviceCIDR: missing"},
 		{"service CIDR not a CIDR", func(c *Config) { c.ServiceCIDR = "10.96.0.0" }, `serviceCIDR: "10.96.0.0" is not a CIDR`},
 		{"service CIDR too small", func(c *Config) { c.ServiceCIDR = "10.96.0.1/32" }, "serviceCIDR: \"10.96.0.1/32\" holds no address for the kubernetes Service"},
+		{"pod CIDR not a CIDR", func(c *Config) { c.PodCIDR = "10.244.0.0" }, `podCIDR: "10.244.0.0" is not a CIDR`},
+		{"pod CIDR smaller than a Node's range", func(c *Config) { c.PodCIDR = "10.244.0.0/26" }, "podCIDR: 10.244.0.0/26 is smaller than one machine's pod range"},
 		{"no leaders", func(c *Config) { c.Leaders = nil }, "leaders: none"},
 		{"leader name missing", func(c *Config) { c.Leaders[0].Name = "" }, "leaders[0].name: missing"},
 		{"leader name not a Machine name", func(c *Config) { c.Leaders[0].Name = "Leader_1" }, `leaders[0].name: "Leader_1" is not a Machine name`},

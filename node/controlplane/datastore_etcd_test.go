@@ -519,6 +519,9 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 			}
 			return poll.Success()
 		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(30*time.Second))
+		// The API server of a learner starts: it joined through the
+		// fleet's member list, so it is no split.
+		assert.NilError(t, l.health(api).SplitCheck(ctx))
 		f.promote(ctx, t, l)
 		ids = f.waitVoters(ctx, t, append(before, l)...)
 		assert.NilError(t, l.health(api).Check(ctx))
@@ -706,6 +709,10 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 			return poll.Success()
 		}, poll.WithDelay(100*time.Millisecond), poll.WithTimeout(2*time.Minute))
 		t.Logf("l2 and l3 elected a leader and l2 is healthy %s after they started", time.Since(began).Round(time.Millisecond))
+		// Its API server would not start again: the split check before
+		// it fails. The fleet's leaders pass it.
+		assert.ErrorIs(t, l1.health(api1).SplitCheck(ctx), ErrSplit)
+		assert.NilError(t, l3.health(api2).SplitCheck(ctx))
 		h1 := l1.health(api1)
 		fenced := 0
 		h1.Fence = func(context.Context) error { fenced++; ready1.Store(false); return nil }
@@ -719,9 +726,9 @@ func TestDatastoreWithRealEtcd(t *testing.T) {
 		h1.Fence = func(context.Context) error { return errors.New("systemctl failed") }
 		assert.ErrorContains(t, h1.Check(ctx), "; stopping its API server failed (systemctl failed), so clients that reach it see another cluster. Install this leader again")
 		err = l1.health(api1).Check(ctx)
-		assert.ErrorContains(t, err, "(members: l1), but the leader at "+l2.clientURL+" answers for datastore ")
+		assert.ErrorContains(t, err, "(members: l1), but the leaders at "+l2.clientURL+", "+l3.clientURL+" answer for datastore ")
 		// The fleet's datastore lists its three members, in etcd's order.
-		assert.Check(t, is.Regexp(`answers for datastore [0-9a-f]+ \(members: l[123], l[123], l[123]\)\. This leader started a new one alone`, err.Error()))
+		assert.Check(t, is.Regexp(`answer for datastore [0-9a-f]+ \(members: l[123], l[123], l[123]\)\. This leader started a new one alone`, err.Error()))
 		assert.ErrorContains(t, err, "Install this leader again (liken install) now that the others run")
 		// The fleet's own leaders stay healthy, and unfenced: theirs is
 		// the larger one.

@@ -3,6 +3,8 @@ package controlplane
 import (
 	"fmt"
 	"path/filepath"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 )
 
 // Datastore tuning: emulated leaders on a loaded host miss etcd's 100 ms
@@ -98,11 +100,16 @@ func APIServerArgs(cfg Config, dir string) ([]string, error) {
 // ControllerManagerArgs are kube-controller-manager's arguments on this
 // leader, with the files of Setup in dir. It signs kubelets' client
 // certificates with the client CA, so they pass the API server's
-// --client-ca-file.
-func ControllerManagerArgs(dir string) []string {
+// --client-ca-file, and gives each Node its pod range
+// (ControllerManagerNetworkArgs).
+func ControllerManagerArgs(cfg Config, dir string) ([]string, error) {
+	network, err := ControllerManagerNetworkArgs(cfg.PodCIDROrDefault(), cfg.ServiceCIDR)
+	if err != nil {
+		return nil, err
+	}
 	f := files(dir)
 	kubeconfig := f(ControllerManagerKubeconfig)
-	return append([]string{
+	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -115,7 +122,30 @@ func ControllerManagerArgs(dir string) []string {
 		// The image's root is read-only: the flex volume folder is the
 		// kubelet's, on /var.
 		"--flex-volume-plugin-dir=" + KubeletVolumePluginDir,
-	}, leaderElection...)
+	}, network...)
+	return append(args, leaderElection...), nil
+}
+
+// ControllerManagerNetworkArgs are the controller manager's flags that
+// give every Node a pod range of its own out of podCIDR (the Cluster's
+// spec.network.podCIDR), of the size v1alpha1.NodePodCIDRPrefix says,
+// kept clear of serviceCIDR. Each machine's containerd writes its CNI
+// configuration from its Node's range. A leader and the lab's control
+// plane take the same flags.
+func ControllerManagerNetworkArgs(podCIDR, serviceCIDR string) ([]string, error) {
+	prefix, err := likenv1.NodePodCIDRPrefix(podCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("podCIDR: %w", err)
+	}
+	if _, err := likenv1.FirstServiceIP(serviceCIDR); err != nil {
+		return nil, fmt.Errorf("serviceCIDR: %w", err)
+	}
+	return []string{
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + podCIDR,
+		fmt.Sprintf("--node-cidr-mask-size=%d", prefix),
+		"--service-cluster-ip-range=" + serviceCIDR,
+	}, nil
 }
 
 // SchedulerArgs are kube-scheduler's arguments on this leader, with the

@@ -35,10 +35,12 @@ func allArgs(t *testing.T, cfg Config, dir string) map[string][]string {
 	assert.NilError(t, err)
 	apiserver, err := APIServerArgs(cfg, dir)
 	assert.NilError(t, err)
+	controllerManager, err := ControllerManagerArgs(cfg, dir)
+	assert.NilError(t, err)
 	return map[string][]string{
 		"etcd":                    etcd,
 		"kube-apiserver":          apiserver,
-		"kube-controller-manager": ControllerManagerArgs(dir),
+		"kube-controller-manager": controllerManager,
 		"kube-scheduler":          SchedulerArgs(dir),
 	}
 }
@@ -120,6 +122,10 @@ func TestFlags(t *testing.T) {
 				{"--controllers", "*,-serviceaccount-token"},
 				{"--flex-volume-plugin-dir", "/var/lib/kubelet/volume-plugins"},
 				{"--use-service-account-credentials", "true"},
+				{"--allocate-node-cidrs", "true"},
+				{"--cluster-cidr", "10.42.0.0/16"},
+				{"--node-cidr-mask-size", "24"},
+				{"--service-cluster-ip-range", "10.43.0.0/16"},
 			},
 		},
 		{
@@ -172,6 +178,54 @@ func TestAPIServerFlagsAlways(t *testing.T) {
 	}
 }
 
+// TestControllerManagerNetworkArgs: the controller manager gives each
+// Node a range of the Cluster's pod range, a /24 of an IPv4 one and a /64
+// of an IPv6 one, and keeps clear of the service range the API server
+// hands out.
+func TestControllerManagerNetworkArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name, podCIDR, serviceCIDR string
+		want                       []string
+		wantErr                    string
+	}{
+		{name: "the defaults", podCIDR: "10.244.0.0/16", serviceCIDR: "10.96.0.0/16",
+			want: []string{"--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16", "--node-cidr-mask-size=24", "--service-cluster-ip-range=10.96.0.0/16"}},
+		{name: "a large IPv4 range", podCIDR: "10.128.0.0/9", serviceCIDR: "10.96.0.0/12",
+			want: []string{"--allocate-node-cidrs=true", "--cluster-cidr=10.128.0.0/9", "--node-cidr-mask-size=24", "--service-cluster-ip-range=10.96.0.0/12"}},
+		{name: "a range for one machine", podCIDR: "192.168.50.0/24", serviceCIDR: "10.96.0.0/16",
+			want: []string{"--allocate-node-cidrs=true", "--cluster-cidr=192.168.50.0/24", "--node-cidr-mask-size=24", "--service-cluster-ip-range=10.96.0.0/16"}},
+		{name: "IPv6", podCIDR: "fd00:10:244::/56", serviceCIDR: "fd00:10:96::/112",
+			want: []string{"--allocate-node-cidrs=true", "--cluster-cidr=fd00:10:244::/56", "--node-cidr-mask-size=64", "--service-cluster-ip-range=fd00:10:96::/112"}},
+		{name: "a pod range smaller than a Node's", podCIDR: "10.244.0.0/25", serviceCIDR: "10.96.0.0/16",
+			wantErr: "podCIDR: 10.244.0.0/25 is smaller than one machine's pod range, a /24"},
+		{name: "a pod range that is no CIDR", podCIDR: "10.244.0.0", serviceCIDR: "10.96.0.0/16",
+			wantErr: `podCIDR: "10.244.0.0" is not a CIDR`},
+		{name: "a service range that is no CIDR", podCIDR: "10.244.0.0/16", serviceCIDR: "",
+			wantErr: `serviceCIDR: "" is not a CIDR`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ControllerManagerNetworkArgs(tc.podCIDR, tc.serviceCIDR)
+			if tc.wantErr != "" {
+				assert.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			assert.NilError(t, err)
+			assert.DeepEqual(t, got, tc.want)
+		})
+	}
+}
+
+// TestControllerManagerTakesTheDefaultPodRange: a configuration written
+// before liken gave Nodes ranges has no podCIDR; its leader hands out the
+// default range, which machines installed then masquerade as theirs.
+func TestControllerManagerTakesTheDefaultPodRange(t *testing.T) {
+	cfg := certsConfig()
+	cfg.PodCIDR = ""
+	args, err := ControllerManagerArgs(cfg, dir)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(parseArgs(t, args)["--cluster-cidr"], "10.244.0.0/16"))
+}
+
 func TestFlagsRefuse(t *testing.T) {
 	cfg := certsConfig()
 	cfg.Machine = "worker-1"
@@ -181,6 +235,12 @@ func TestFlagsRefuse(t *testing.T) {
 	cfg.ServiceCIDR = "10.43.0.0"
 	_, err = APIServerArgs(cfg, dir)
 	assert.ErrorContains(t, err, "serviceCIDR")
+	_, err = ControllerManagerArgs(cfg, dir)
+	assert.ErrorContains(t, err, "serviceCIDR")
+	cfg = certsConfig()
+	cfg.PodCIDR = "10.42.0.0/28"
+	_, err = ControllerManagerArgs(cfg, dir)
+	assert.ErrorContains(t, err, "podCIDR: 10.42.0.0/28 is smaller than one machine's pod range")
 }
 
 // TestFlexVolumeFolderIsTheKubelets: the controller manager probes the

@@ -42,6 +42,22 @@ type Health struct {
 	Timeout time.Duration
 }
 
+// NewHealth is the health check of leader cfg.Machine, its certificates
+// in setupDir, asking the other leaders of cfg.
+func NewHealth(cfg Config, setupDir string) *Health {
+	h := &Health{Machine: cfg.Machine, SetupDir: setupDir}
+	for _, l := range cfg.Leaders {
+		if l.Name != cfg.Machine {
+			h.Peers = append(h.Peers, l.EtcdClient)
+		}
+	}
+	return h
+}
+
+// ErrSplit marks the error of a leader whose datastore split off the
+// fleet's.
+var ErrSplit = errors.New("two datastores")
+
 // Check returns nil when this leader's control plane is healthy: its etcd
 // member is a voter (a learner does not count for quorum) and healthy, and
 // its API server's /readyz answers 200. Otherwise the error says the first
@@ -217,30 +233,63 @@ func (h *Health) SafeToStop(ctx context.Context) error {
 	return nil
 }
 
-// splitFrom returns an error when a peer answers for another datastore
-// with at least as many members as this leader's (cluster, members): the
-// two datastores a first leader makes when it is installed again while
-// every other leader is down, and then bootstraps a new one alone
-// (docs/design/controlplane.md, "The datastore"). The other leaders'
-// datastore holds the fleet; this leader's must go, and Fence stops its
-// API server (never when the two are as large: both would stop). A peer
-// that does not answer proves nothing and is passed over.
+// splitFrom returns an error when this leader's datastore (cluster,
+// members) split off the fleet's: the two datastores a first leader made
+// when it was installed again while every other leader was down and
+// started a new one alone (docs/design/controlplane.md, "The datastore").
+// The fleet's datastore is judged by live quorum: the one for which a
+// majority of the fleet's leaders (this one and Peers) answer. When
+// neither has one, the one with more members is taken for the fleet's.
+// The other leaders' datastore holds the fleet; this leader's must go, and
+// Fence stops its API server (never when the two are as large: both would
+// stop). A peer that does not answer proves nothing and is passed over.
 func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64, members []Member) error {
 	if cluster == 0 {
 		return nil
 	}
+	ours := 1 // this leader answers for its own
+	type datastore struct {
+		at      []string
+		members []Member
+	}
+	others := map[uint64]*datastore{}
+	var order []uint64
 	for _, p := range h.Peers {
 		other, theirs, err := etcd.ClusterMembers(ctx, p)
-		if err != nil || other == 0 || other == cluster || len(theirs) < len(members) {
+		switch {
+		case err != nil || other == 0:
+			continue
+		case other == cluster:
+			ours++
 			continue
 		}
-		split := fmt.Sprintf("two datastores: this leader's etcd member belongs to datastore %x (%s), but the leader at %s answers for datastore %x (%s)",
-			cluster, memberNames(members), p, other, memberNames(theirs))
-		if len(theirs) == len(members) {
+		if others[other] == nil {
+			others[other] = &datastore{members: theirs}
+			order = append(order, other)
+		}
+		others[other].at = append(others[other].at, p)
+	}
+	quorum := (len(h.Peers)+1)/2 + 1
+	if ours >= quorum {
+		return nil
+	}
+	for _, other := range order {
+		d := others[other]
+		live := len(d.at) >= quorum
+		if !live && len(d.members) < len(members) {
+			continue
+		}
+		who := "the leader at " + d.at[0] + " answers"
+		if len(d.at) > 1 {
+			who = "the leaders at " + strings.Join(d.at, ", ") + " answer"
+		}
+		split := fmt.Sprintf("this leader's etcd member belongs to datastore %x (%s), but %s for datastore %x (%s)",
+			cluster, memberNames(members), who, other, memberNames(d.members))
+		if !live && len(d.members) == len(members) {
 			// Stopping both API servers would leave none: the user says
 			// which datastore is the fleet's.
-			return fmt.Errorf("%s. The two are as large, so neither leader stops its API server. "+
-				"Install again the leaders whose datastore is not the fleet's (liken install): they then join the other (what was written to theirs is lost)", split)
+			return fmt.Errorf("%w: %s. The two are as large, so neither leader stops its API server. "+
+				"Install again the leaders whose datastore is not the fleet's (liken install): they then join the other (what was written to theirs is lost)", ErrSplit, split)
 		}
 		fenced := "clients that reach its API server see another cluster"
 		if h.Fence != nil {
@@ -249,10 +298,38 @@ func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64
 				fenced = fmt.Sprintf("stopping its API server failed (%v), so clients that reach it see another cluster", err)
 			}
 		}
-		return fmt.Errorf("%s. This leader started a new one alone, as a first leader installed again while the other leaders were down does; %s. "+
-			"Install this leader again (liken install) now that the others run: it then joins their datastore (what was written to its own is lost)", split, fenced)
+		return fmt.Errorf("%w: %s. This leader started a new one alone, as a first leader installed again while the other leaders were down could; %s. "+
+			"Install this leader again (liken install) now that the others run: it then joins their datastore (what was written to its own is lost)", ErrSplit, split, fenced)
 	}
 	return nil
+}
+
+// SplitCheck returns nil when this leader's etcd member has not split off
+// the fleet's datastore (splitFrom), or is a learner (it joined through
+// the fleet's member list). liken-node control-plane split-check runs it
+// before the API server starts, so that an API server never serves a
+// datastore that split off, not even until the first health check.
+func (h *Health) SplitCheck(ctx context.Context) error {
+	timeout := h.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Second
+	}
+	etcd, err := h.etcdClient(timeout)
+	if err != nil {
+		return err
+	}
+	self := h.Etcd
+	if self == "" {
+		self = LocalEtcd
+	}
+	cluster, members, err := etcd.ClusterMembers(ctx, self)
+	switch {
+	case err != nil && strings.Contains(err.Error(), errLearner):
+		return nil
+	case err != nil:
+		return fmt.Errorf("this leader's etcd member does not answer: %w", err)
+	}
+	return h.splitFrom(ctx, etcd, cluster, members)
 }
 
 // errLearner is etcd's answer to a learner asked for anything but its

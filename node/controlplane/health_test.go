@@ -85,7 +85,8 @@ func TestSplitFrom(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		peer   string
-		want   string // "" for healthy
+		peers  []string // instead of peer
+		want   string   // "" for healthy
 		fenced bool
 	}{
 		{name: "same datastore", peer: gateway("100", "l1", "l2", "l3")},
@@ -94,17 +95,24 @@ func TestSplitFrom(t *testing.T) {
 		{name: "no cluster ID", peer: gateway("", "l1", "l2", "l3")},
 		{name: "a larger other datastore", peer: gateway("200", "l1", "l2", "l3"), fenced: true,
 			want: "two datastores: this leader's etcd member belongs to datastore 64 (members: l1), but the leader at PEER answers for datastore c8 (members: l1, l2, l3). This leader started a new one alone"},
+		{name: "a majority of the fleet's leaders answer for this one: a larger other datastore is not the fleet's", peers: []string{gateway("100", "l1", "l2"), gateway("200", "l1", "l2", "l3", "l4")}},
+		{name: "as large, but a majority of the fleet's leaders answer for the other", peers: func() []string { p := gateway("200", "l2"); return []string{p, p} }(), fenced: true,
+			want: "two datastores: this leader's etcd member belongs to datastore 64 (members: l1), but the leaders at PEER, PEER answer for datastore c8 (members: l2). This leader started a new one alone"},
 		{name: "as large as this one", peer: gateway("200", "l2"),
 			want: "two datastores: this leader's etcd member belongs to datastore 64 (members: l1), but the leader at PEER answers for datastore c8 (members: l2). The two are as large, so neither leader stops its API server. Install again the leaders whose datastore is not the fleet's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fenced := false
-			h := &Health{Peers: []string{tc.peer}, Fence: func(context.Context) error { fenced = true; return nil }}
+			peers := tc.peers
+			if peers == nil {
+				peers = []string{tc.peer}
+			}
+			h := &Health{Peers: peers, Fence: func(context.Context) error { fenced = true; return nil }}
 			err := h.splitFrom(context.Background(), &EtcdClient{HTTP: http.DefaultClient, Timeout: time.Second}, 100, ours)
 			if tc.want == "" {
 				assert.NilError(t, err)
 			} else {
-				assert.ErrorContains(t, err, strings.ReplaceAll(tc.want, "PEER", tc.peer))
+				assert.ErrorContains(t, err, strings.ReplaceAll(tc.want, "PEER", peers[0]))
 			}
 			assert.Equal(t, fenced, tc.fenced)
 		})

@@ -82,7 +82,14 @@ type NetworkSpec struct {
 	// Endpoint is the address (host:port or URL) of the Kubernetes API that
 	// machines join. Disruption class: Reboot.
 	Endpoint string `json:"endpoint"`
-	// PodCIDR is the range pod addresses come from, such as 10.42.0.0/16.
+	// PodCIDR is the range pod addresses come from, such as 10.42.0.0/16
+	// (default 10.244.0.0/16). The controller manager gives each Node a /24
+	// of it (a /64 of an IPv6 range, which must then be a /48 to a /64), and
+	// the pods of that Node's machine take their addresses from it. Pod
+	// traffic to an address outside it leaves with the machine's address.
+	// It must not overlap serviceCIDR. A Node keeps the range it was given,
+	// and leaders hand out ranges from the value liken install wrote on
+	// their disk: set it before the fleet is installed.
 	// Disruption class: Reboot.
 	// +optional
 	PodCIDR string `json:"podCIDR,omitempty"`
@@ -91,7 +98,9 @@ type NetworkSpec struct {
 	// +optional
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 	// ClusterDNS is the IP address of the cluster's DNS service, such as
-	// 10.96.0.10. Disruption class: Reboot.
+	// 10.96.0.10, inside serviceCIDR. Every machine's kubelet gives it to
+	// pods as their name server, with the domain cluster.local; liken runs
+	// no DNS server at that address yet. Disruption class: Reboot.
 	// +optional
 	ClusterDNS string `json:"clusterDNS,omitempty"`
 }

@@ -113,7 +113,55 @@ const (
 	// DefaultServiceCIDR is the service range when spec.network.serviceCIDR
 	// is unset.
 	DefaultServiceCIDR = "10.96.0.0/16"
+	// DefaultPodCIDR is the pod range when spec.network.podCIDR is unset.
+	DefaultPodCIDR = "10.244.0.0/16"
 )
+
+// The size of each Node's pod range: the controller manager gives every
+// Node a range of this prefix length out of spec.network.podCIDR. An IPv4
+// /24 holds 254 pods, more than the kubelet's 110; the controller manager
+// takes at most 16 bits of IPv6 ranges (so an IPv6 podCIDR is /48 to /64).
+// The Cluster's schema (manifests/10-crd-cluster.yaml) refuses the same
+// podCIDRs as NodePodCIDRPrefix.
+const (
+	NodePodCIDRPrefixIPv4 = 24
+	NodePodCIDRPrefixIPv6 = 64
+	// maxNodeRangeBits is how many bits the controller manager can number
+	// IPv6 Node ranges with.
+	maxNodeRangeBits = 16
+)
+
+// PodCIDROrDefault is spec.network.podCIDR, or its default.
+func (n *NetworkSpec) PodCIDROrDefault() string {
+	if n.PodCIDR == "" {
+		return DefaultPodCIDR
+	}
+	return n.PodCIDR
+}
+
+// NodePodCIDRPrefix is the prefix length of each Node's pod range out of
+// podCIDR: NodePodCIDRPrefixIPv4 or NodePodCIDRPrefixIPv6. The error says
+// why podCIDR cannot hold Node ranges: it is not a CIDR, is smaller than
+// one Node's range, or (IPv6) larger than the controller manager numbers.
+func NodePodCIDRPrefix(podCIDR string) (int, error) {
+	p, err := netip.ParsePrefix(podCIDR)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a CIDR such as %s", podCIDR, DefaultPodCIDR)
+	}
+	if p.Addr().Is4() {
+		if p.Bits() > NodePodCIDRPrefixIPv4 {
+			return 0, fmt.Errorf("%s is smaller than one machine's pod range, a /%d: give a /%d or larger, such as %s", podCIDR, NodePodCIDRPrefixIPv4, NodePodCIDRPrefixIPv4, DefaultPodCIDR)
+		}
+		return NodePodCIDRPrefixIPv4, nil
+	}
+	switch {
+	case p.Bits() > NodePodCIDRPrefixIPv6:
+		return 0, fmt.Errorf("%s is smaller than one machine's pod range, a /%d: give a /%d to /%d", podCIDR, NodePodCIDRPrefixIPv6, NodePodCIDRPrefixIPv6-maxNodeRangeBits, NodePodCIDRPrefixIPv6)
+	case NodePodCIDRPrefixIPv6-p.Bits() > maxNodeRangeBits:
+		return 0, fmt.Errorf("%s holds more than the %d machine ranges of /%d the controller manager can number: give a /%d to /%d", podCIDR, 1<<maxNodeRangeBits, NodePodCIDRPrefixIPv6, NodePodCIDRPrefixIPv6-maxNodeRangeBits, NodePodCIDRPrefixIPv6)
+	}
+	return NodePodCIDRPrefixIPv6, nil
+}
 
 // ServiceCIDROrDefault is spec.network.serviceCIDR, or its default.
 func (n *NetworkSpec) ServiceCIDROrDefault() string {

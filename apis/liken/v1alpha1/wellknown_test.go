@@ -87,3 +87,38 @@ func TestFirstServiceIP(t *testing.T) {
 		})
 	}
 }
+
+func TestNodePodCIDRPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		cidr    string
+		want    int
+		wantErr string
+	}{
+		{cidr: "10.244.0.0/16", want: 24},
+		{cidr: "10.0.0.0/8", want: 24},
+		{cidr: "192.168.7.0/24", want: 24},
+		{cidr: "fd00:10:244::/56", want: 64},
+		{cidr: "fd00:10::/48", want: 64},
+		{cidr: "fd00:10:244:1::/64", want: 64},
+		{cidr: "10.244.0.0", wantErr: `"10.244.0.0" is not a CIDR such as 10.244.0.0/16`},
+		{cidr: "", wantErr: `"" is not a CIDR`},
+		{cidr: "10.244.0.0/25", wantErr: "10.244.0.0/25 is smaller than one machine's pod range, a /24: give a /24 or larger"},
+		{cidr: "fd00:10:244:1::/80", wantErr: "is smaller than one machine's pod range, a /64: give a /48 to /64"},
+		{cidr: "fd00::/40", wantErr: "fd00::/40 holds more than the 65536 machine ranges of /64 the controller manager can number"},
+	} {
+		t.Run(tc.cidr, func(t *testing.T) {
+			got, err := NodePodCIDRPrefix(tc.cidr)
+			if tc.wantErr != "" {
+				assert.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			assert.NilError(t, err)
+			assert.Check(t, is.Equal(got, tc.want))
+		})
+	}
+}
+
+func TestPodCIDROrDefault(t *testing.T) {
+	assert.Check(t, is.Equal((&NetworkSpec{}).PodCIDROrDefault(), DefaultPodCIDR))
+	assert.Check(t, is.Equal((&NetworkSpec{PodCIDR: "10.42.0.0/16"}).PodCIDROrDefault(), "10.42.0.0/16"))
+}

@@ -32,8 +32,10 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/internal/srctree"
+	nodecontrolplane "liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/join"
 )
 
@@ -88,6 +90,13 @@ type Options struct {
 	// such as the one in a cluster identity's join token. Empty: a random
 	// one.
 	JoinToken string
+	// PodCIDR is the range the controller manager gives each Node a pod
+	// range of (spec.network.podCIDR of the Clusters it runs). Empty:
+	// v1alpha1.DefaultPodCIDR.
+	PodCIDR string
+	// ServiceCIDR is the range Services take their addresses from
+	// (spec.network.serviceCIDR). Empty: v1alpha1.DefaultServiceCIDR.
+	ServiceCIDR string
 	// Detach starts the processes in their own session, so they outlive the
 	// process that started them (the lab). Tests leave it false.
 	Detach bool
@@ -206,6 +215,13 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	network := likenv1.NetworkSpec{PodCIDR: opts.PodCIDR, ServiceCIDR: opts.ServiceCIDR}
+	opts.PodCIDR, opts.ServiceCIDR = network.PodCIDROrDefault(), network.ServiceCIDROrDefault()
+	// The leaders' flags (node/controlplane): each Node gets its pod range.
+	nodeRanges, err := nodecontrolplane.ControllerManagerNetworkArgs(opts.PodCIDR, opts.ServiceCIDR)
+	if err != nil {
+		return nil, err
+	}
 	for _, sub := range []string{"pki", "logs", "kubeconfigs"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, err
@@ -276,7 +292,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", pki("sa.key"),
 		"--service-account-signing-key-file", pki("sa.key"),
-		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--service-cluster-ip-range", opts.ServiceCIDR,
 		"--allow-privileged",
 		"--v", "1",
 	}
@@ -307,7 +323,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--leader-elect=false",
 		"--secure-port", "0",
 	}
-	if err := cp.start("kube-controller-manager", "kube-controller-manager", append(common,
+	if err := cp.start("kube-controller-manager", "kube-controller-manager", append(append(common,
 		"--service-account-private-key-file", pki("sa.key"),
 		"--root-ca-file", pki("ca.crt"),
 		// Machines join through TLS bootstrap: the controller manager
@@ -317,7 +333,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		"--cluster-signing-key-file", pki("ca.key"),
 		"--controllers", "*,-serviceaccount-token",
 		"--use-service-account-credentials=false",
-	)...); err != nil {
+	), nodeRanges...)...); err != nil {
 		return nil, err
 	}
 	if err := cp.start("kube-scheduler", "kube-scheduler", common...); err != nil {
@@ -336,7 +352,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		// stop while a machine is powered off; kwok's own lease controller
 		// would renew them regardless.
 		"--node-lease-duration-seconds", "0",
-		"--cidr", "10.244.0.0/16",
+		"--cidr", opts.PodCIDR,
 		"--node-ip", "10.0.0.1",
 		"--config", stagesFile,
 	); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -134,6 +136,81 @@ func TestNodesPodsAndPower(t *testing.T) {
 	for _, p := range cp.Processes {
 		assert.Assert(t, !Alive(p.PID), "%s (pid %d) still runs after Stop", p.Name, p.PID)
 	}
+}
+
+// TestNodesGetPodRanges: the controller manager, with the flags a leader
+// runs it with (node/controlplane ControllerManagerNetworkArgs), gives each
+// Node a /24 of its own inside the Cluster's pod range, until the range has
+// none left; the API server hands out Service addresses from the service
+// range. Each machine's containerd writes its CNI configuration from its
+// Node's range.
+func TestNodesGetPodRanges(t *testing.T) {
+	const podCIDR, serviceCIDR = "10.50.0.0/22", "10.60.0.0/16"
+	ctx := context.Background()
+	start := time.Now()
+	cp, err := Start(ctx, Options{Dir: t.TempDir(), PodCIDR: podCIDR, ServiceCIDR: serviceCIDR, Log: t.Logf})
+	assert.NilError(t, err)
+	t.Logf("ready in %s", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cp.Logs(3000))
+		}
+		cp.Stop()
+	})
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+
+	// A /22 holds four Node ranges of /24; the fifth Node gets none.
+	names := []string{"m1", "m2", "m3", "m4", "m5"}
+	for _, n := range names {
+		_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		assert.NilError(t, err)
+	}
+	pool := netip.MustParsePrefix(podCIDR)
+	ranges := map[string]string{} // range -> Node
+	var left []string             // Nodes without a range
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		clear(ranges)
+		left = nil
+		for _, n := range names {
+			node, err := cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return poll.Continue("%v", err)
+			}
+			if node.Spec.PodCIDR == "" {
+				left = append(left, n)
+				continue
+			}
+			ranges[node.Spec.PodCIDR] = n
+		}
+		if len(left) > 1 {
+			return poll.Continue("Nodes %v have no pod range yet", left)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(60*time.Second), poll.WithDelay(200*time.Millisecond))
+	assert.Check(t, is.Len(ranges, 4), "each Node has a range of its own: %v", ranges)
+	for r, n := range ranges {
+		p, err := netip.ParsePrefix(r)
+		if assert.Check(t, err, "Node %s", n) {
+			assert.Check(t, is.Equal(p.Bits(), 24), "Node %s: %s", n, r)
+			assert.Check(t, pool.Contains(p.Addr()), "Node %s: %s is outside %s", n, r, podCIDR)
+		}
+	}
+	assert.Assert(t, is.Len(left, 1), "Nodes without a range: %v", left)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		evs, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + left[0] + ",reason=CIDRNotAvailable"})
+		if err != nil {
+			return poll.Continue("%v", err)
+		}
+		if len(evs.Items) == 0 {
+			return poll.Continue("no CIDRNotAvailable event for Node %s, left without a range", left[0])
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+
+	svc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(svc.Spec.ClusterIP, "10.60.0.1"))
 }
 
 func renewTime(t *testing.T, cs kubernetes.Interface, node string) time.Time {

@@ -95,6 +95,11 @@ type Fleet struct {
 	staged    int
 }
 
+// FleetPodCIDR is a simulated fleet's pod range: 32768 Node ranges of
+// /24, so the controller manager gives every simulated Node one, as on a
+// real fleet, and none is left retrying for a range.
+const FleetPodCIDR = "10.128.0.0/9"
+
 // MachineName is the name of machine i (0-based) of a Fleet.
 func MachineName(i int) string { return fmt.Sprintf("m-%05d", i) }
 
@@ -110,7 +115,7 @@ func NewFleet(t testing.TB, o FleetOptions) *Fleet {
 		f.Names = append(f.Names, MachineName(i))
 	}
 	start := time.Now()
-	cpo := controlplane.Options{TokenMachines: f.Names}
+	cpo := controlplane.Options{TokenMachines: f.Names, PodCIDR: FleetPodCIDR}
 	if o.KeepDir != "" {
 		must(t, os.MkdirAll(o.KeepDir, 0o755))
 		dir, err := os.MkdirTemp(o.KeepDir, "fleet-")
@@ -161,7 +166,7 @@ func (f *Fleet) createCluster() error {
 				PollInterval: &metav1.Duration{Duration: time.Hour},
 				Catalog:      []likenv1.CatalogEntry{{Version: FleetVersion1, Digest: digest1}, {Version: FleetVersion2, Digest: digest2}},
 			},
-			Network:    likenv1.NetworkSpec{Endpoint: f.CP.Server},
+			Network:    likenv1.NetworkSpec{Endpoint: f.CP.Server, PodCIDR: FleetPodCIDR},
 			Disruption: likenv1.DisruptionSpec{MaxUnavailable: &mu},
 		},
 	}, metav1.CreateOptions{})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -31,6 +32,8 @@ type controlPlaneFlags struct {
 	kube      string
 	print     bool
 	timeout   time.Duration
+	// splitTimeout bounds split-check's wait for this leader's member.
+	splitTimeout time.Duration
 }
 
 // components are the programs of the kube binary that args runs.
@@ -85,6 +88,17 @@ func controlPlaneCommand(exec execFunc) *cobra.Command {
 	initCmd.Flags().StringVar(&f.dataDir, "data-dir", controlplane.EtcdDataDir, "etcd's data folder (etcd's --data-dir), where init records the member's datastore")
 	initCmd.Flags().DurationVar(&f.timeout, "timeout", controlplane.DefaultInitTimeout, "how long init tries before it fails: a learner promotes once it caught up, and the API answers once its member votes")
 
+	splitCheck := &cobra.Command{
+		Use:   "split-check",
+		Short: "Fail when this leader's datastore split off the fleet's (before the API server starts)",
+		Long: "Waits until this leader's etcd member answers, then asks the other leaders which datastore they answer for. " +
+			"It fails at once when this leader's datastore split off the fleet's (the fleet's is the one a majority of the leaders answer for), " +
+			"so that kube-apiserver.service, which runs it first, never serves it; systemd tries again 5 s later. A learner passes: it joined through the fleet's member list.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.splitCheck(cmd) },
+	}
+	splitCheck.Flags().DurationVar(&f.splitTimeout, "timeout", time.Minute, "how long to wait for this leader's etcd member to answer before failing")
+
 	args := &cobra.Command{
 		Use:       "args " + strings.Join(components, "|"),
 		Short:     "Run a component of the kube binary with this leader's flags",
@@ -113,7 +127,7 @@ func controlPlaneCommand(exec execFunc) *cobra.Command {
 	args.Flags().StringVar(&f.kube, "kube", "/usr/bin/kube", "the kube binary, which runs etcd and the Kubernetes components")
 	args.Flags().BoolVar(&f.print, "print", false, "print the command line instead of running it")
 
-	cp.AddCommand(setup, etcdStart, initCmd, args)
+	cp.AddCommand(setup, etcdStart, initCmd, splitCheck, args)
 	return cp
 }
 
@@ -211,6 +225,32 @@ func (f *controlPlaneFlags) etcdStart(cmd *cobra.Command) error {
 	return nil
 }
 
+// splitCheck runs controlplane.Health.SplitCheck every 2 s until it
+// passes, finds a split, or --timeout passes.
+func (f *controlPlaneFlags) splitCheck(cmd *cobra.Command) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	h := controlplane.NewHealth(cfg, f.setupDir)
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.splitTimeout)
+	defer cancel()
+	for {
+		err := h.SplitCheck(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, controlplane.ErrSplit):
+			return fmt.Errorf("not starting the API server: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not starting the API server: after %s: %w", f.splitTimeout, err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
 // init runs controlplane.Init against the local API server and etcd
 // member.
 func (f *controlPlaneFlags) init(cmd *cobra.Command) error {
@@ -267,7 +307,7 @@ func (f *controlPlaneFlags) componentArgv(component string) ([]string, error) {
 	case "kube-apiserver":
 		flags, err = controlplane.APIServerArgs(cfg, f.setupDir)
 	case "kube-controller-manager":
-		flags = controlplane.ControllerManagerArgs(f.setupDir)
+		flags, err = controlplane.ControllerManagerArgs(cfg, f.setupDir)
 	case "kube-scheduler":
 		flags = controlplane.SchedulerArgs(f.setupDir)
 	default:

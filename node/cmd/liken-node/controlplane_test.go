@@ -144,7 +144,7 @@ func TestControlPlaneArgs(t *testing.T) {
 	}{
 		{"etcd", func() ([]string, error) { return controlplane.EtcdArgs(l.cfg, l.setupDir) }},
 		{"kube-apiserver", func() ([]string, error) { return controlplane.APIServerArgs(l.cfg, l.setupDir) }},
-		{"kube-controller-manager", func() ([]string, error) { return controlplane.ControllerManagerArgs(l.setupDir), nil }},
+		{"kube-controller-manager", func() ([]string, error) { return controlplane.ControllerManagerArgs(l.cfg, l.setupDir) }},
 		{"kube-scheduler", func() ([]string, error) { return controlplane.SchedulerArgs(l.setupDir), nil }},
 	} {
 		t.Run(tc.component, func(t *testing.T) {
@@ -190,7 +190,7 @@ func TestControlPlaneNoLeader(t *testing.T) {
 	l := newLeader(t)
 	cfg := filepath.Join(l.leaderDir, controlplane.ConfigFile)
 	assert.NilError(t, os.Remove(cfg))
-	for _, args := range [][]string{{"setup"}, {"etcd-start"}, {"init"}, {"args", "etcd"}, {"args", "kube-scheduler"}} {
+	for _, args := range [][]string{{"setup"}, {"etcd-start"}, {"init"}, {"split-check"}, {"args", "etcd"}, {"args", "kube-scheduler"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			_, call, err := l.run(t, args...)
 			assert.Error(t, err, "this machine is no leader: "+cfg+" is missing (liken install writes it on a Leader's disk)")

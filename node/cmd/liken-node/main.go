@@ -177,16 +177,12 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		// turn wait for it, and RestartK3s restarts it.
 		if cfg, err := controlplane.Load(filepath.Join(controlplane.LeaderDir, controlplane.ConfigFile)); err == nil || !errors.Is(err, fs.ErrNotExist) {
 			a.Leader = true
-			health := &controlplane.Health{Machine: f.machine, SetupDir: controlplane.SetupDir}
 			if err != nil {
 				// etcd-start refuses the same file and says why.
 				log.Error(err, "Reading this leader's control-plane configuration: its health check cannot ask the other leaders")
 			}
-			for _, l := range cfg.Leaders {
-				if l.Name != f.machine {
-					health.Peers = append(health.Peers, l.EtcdClient)
-				}
-			}
+			cfg.Machine = f.machine
+			health := controlplane.NewHealth(cfg, controlplane.SetupDir)
 			// A leader whose datastore split off stops its API server
 			// (controlplane.Health.Check).
 			health.Fence = func(ctx context.Context) error { return a.StopUnit(ctx, changes.APIServerUnit) }
