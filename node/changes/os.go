@@ -66,6 +66,7 @@ var serviceJumps = []string{"PREROUTING", "OUTPUT"}
 // leaving the Cluster's pod range (spec.network.podCIDR): a pod's packet
 // to an address outside the range leaves with the machine's address, one
 // to an address inside it keeps the pod's, and the machine's own packets
+// and forwarded ones from outside the range (a client's, to a NodePort)
 // keep theirs. POSTROUTING jumps to it. The CNI configuration masquerades
 // nothing itself (the bridge plugin's ipMasq would hide a pod's address
 // from the pods of other machines too).
@@ -340,9 +341,9 @@ func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
 // Boot loads the kernel modules, writes the network configuration, mounts
 // the data disks (making a filesystem only on a disk that has none),
 // writes the banner, the Live settings and k3s's files, installs the pods'
-// masquerade (podMasquerade), gives the kubelet the cluster DNS address
-// (kubeletNetwork), and installs the kubernetes Service route
-// (serviceRoute) last, once the network is configured. Every step can run
+// masquerade (podMasquerade), installs the kubernetes Service route
+// (serviceRoute) once the network is configured, and last gives the
+// kubelet the cluster DNS address (kubeletNetwork), restarting it. Every step can run
 // again: Boot runs at every boot and again after a failed boot apply.
 func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	for _, m := range cfg.KernelModules {
@@ -389,10 +390,11 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	if err := o.podMasquerade(ctx, cfg.Network); err != nil {
 		return err
 	}
-	if err := o.kubeletNetwork(ctx, cfg.Network); err != nil {
+	if err := o.serviceRoute(ctx, cfg.Network); err != nil {
 		return err
 	}
-	return o.serviceRoute(ctx, cfg.Network)
+	// Last: a kubelet that fails to restart leaves every route in place.
+	return o.kubeletNetwork(ctx, cfg.Network)
 }
 
 // kubeletNetwork writes KubeletNetworkFile with the Cluster's clusterDNS
@@ -459,6 +461,7 @@ func (o *OS) podMasquerade(ctx context.Context, n likenv1.NetworkSpec) error {
 		tables = "ip6tables"
 	}
 	rules := [][]string{
+		{"!", "-s", p.Masked().String(), "-j", "RETURN"},
 		{"-d", p.Masked().String(), "-j", "RETURN"},
 		{"-m", "addrtype", "--src-type", "LOCAL", "-j", "RETURN"},
 		{"-j", "MASQUERADE"},

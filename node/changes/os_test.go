@@ -70,16 +70,17 @@ func TestOSApplier(t *testing.T) {
 		"mount -t ext4 /dev/vdb /var/lib/data",
 		"iptables -w -t nat -S LIKEN-POD-MASQ",
 		"iptables -w -t nat -F LIKEN-POD-MASQ",
+		"iptables -w -t nat -A LIKEN-POD-MASQ ! -s 10.42.0.0/16 -j RETURN",
 		"iptables -w -t nat -A LIKEN-POD-MASQ -d 10.42.0.0/16 -j RETURN",
 		"iptables -w -t nat -A LIKEN-POD-MASQ -m addrtype --src-type LOCAL -j RETURN",
 		"iptables -w -t nat -A LIKEN-POD-MASQ -j MASQUERADE",
 		"iptables -w -t nat -C POSTROUTING -j LIKEN-POD-MASQ",
-		"systemctl try-restart kubelet.service",
 		"iptables -w -t nat -S LIKEN-SERVICES",
 		"iptables -w -t nat -F LIKEN-SERVICES",
 		"iptables -w -t nat -A LIKEN-SERVICES -d 10.43.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:6443",
 		"iptables -w -t nat -C PREROUTING -j LIKEN-SERVICES",
 		"iptables -w -t nat -C OUTPUT -j LIKEN-SERVICES",
+		"systemctl try-restart kubelet.service",
 	})
 }
 
@@ -287,7 +288,7 @@ func TestOSBootServiceRouteErrors(t *testing.T) {
 
 // podMasq are the rules of LIKEN-POD-MASQ for the pod range cidr.
 func podMasq(cidr string) []string {
-	return []string{"-d " + cidr + " -j RETURN", "-m addrtype --src-type LOCAL -j RETURN", "-j MASQUERADE"}
+	return []string{"! -s " + cidr + " -j RETURN", "-d " + cidr + " -j RETURN", "-m addrtype --src-type LOCAL -j RETURN", "-j MASQUERADE"}
 }
 
 // TestOSBootPodMasquerade: Boot masquerades pods' traffic leaving the
@@ -312,6 +313,7 @@ func TestOSBootPodMasquerade(t *testing.T) {
 			cmd := tc.tables + " -w -t nat "
 			first := []string{
 				cmd + "-S LIKEN-POD-MASQ", cmd + "-N LIKEN-POD-MASQ", cmd + "-F LIKEN-POD-MASQ",
+				cmd + "-A LIKEN-POD-MASQ ! -s " + tc.masked + " -j RETURN",
 				cmd + "-A LIKEN-POD-MASQ -d " + tc.masked + " -j RETURN",
 				cmd + "-A LIKEN-POD-MASQ -m addrtype --src-type LOCAL -j RETURN",
 				cmd + "-A LIKEN-POD-MASQ -j MASQUERADE",
@@ -329,7 +331,7 @@ func TestOSBootPodMasquerade(t *testing.T) {
 
 			nat.cmds = nil
 			assert.NilError(t, o.Boot(context.Background(), cfg))
-			assert.DeepEqual(t, nat.only("LIKEN-POD-MASQ"), []string{first[0], first[2], first[3], first[4], first[5], first[6]})
+			assert.DeepEqual(t, nat.only("LIKEN-POD-MASQ"), append([]string{first[0]}, first[2:8]...))
 			assert.DeepEqual(t, chains["LIKEN-POD-MASQ"], podMasq(tc.masked))
 			assert.DeepEqual(t, chains["POSTROUTING"], []string{"-j LIKEN-POD-MASQ"})
 		})

@@ -92,8 +92,9 @@ type StartInput struct {
 	Listed bool
 	// Members is the member list of the datastore the leaders answered for.
 	Members []Member
-	// Live is how many leaders answered for that datastore.
-	Live int
+	// Listing is how many leaders answered for that datastore with a list
+	// that names this member, Without how many with one that does not.
+	Listing, Without int
 	// Leaders is how many leaders the fleet has, this one included.
 	Leaders int
 	// Unsure says why the leaders' answers name no one datastore (they
@@ -155,9 +156,9 @@ func DecideStart(in StartInput) StartDecision {
 		// datastore, and a majority of its own voters, prove the member
 		// removed: one leader's answer may come from another datastore
 		// (one that a leader started alone), or from a member cut off.
-		if in.Restart && in.Listed && named(in.Members, in.Name) == nil && in.Live >= majority(in.Members) && in.Live >= in.Leaders/2+1 {
+		if in.Restart && in.Listed && in.Without >= majority(in.Members) && in.Without >= in.Leaders/2+1 {
 			return StartDecision{Action: MoveDataAsideThenJoin,
-				Reason: fmt.Sprintf("etcd exited and %d leaders, a majority of the fleet's and of the datastore's voters, list no member %s: it was removed, so its data moves aside and it joins again", in.Live, in.Name)}
+				Reason: fmt.Sprintf("etcd exited and %d leaders, a majority of the fleet's and of the datastore's voters, list no member %s: it was removed, so its data moves aside and it joins again", in.Without, in.Name)}
 		}
 		return StartDecision{Action: StartWithData, InitialCluster: self, InitialClusterState: clusterStateExisting,
 			Reason: "the member's data is present: etcd starts from it and catches up from the other members"}
@@ -282,6 +283,8 @@ type MemberData interface {
 	// Remember records the ID of the member's datastore, kept when the
 	// member's data moves aside: the member only ever joins that one again.
 	Remember(cluster uint64) error
+	// Forget removes the record, for a member that starts a new datastore.
+	Forget() error
 }
 
 // DiskData is etcd's data folder (--data-dir): its member data is
@@ -332,6 +335,14 @@ func (d DiskData) Remember(cluster uint64) error {
 	}
 	if err := atomicfile.Write(filepath.Join(d.Dir, DatastoreFile), []byte(strconv.FormatUint(cluster, 16)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("recording which datastore this member belongs to: %w", err)
+	}
+	return nil
+}
+
+// Forget removes Dir/liken-datastore, if it exists.
+func (d DiskData) Forget() error {
+	if err := os.Remove(filepath.Join(d.Dir, DatastoreFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("forgetting the datastore this member belonged to: %w", err)
 	}
 	return nil
 }
@@ -473,10 +484,17 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 			}
 			var answers []datastoreAnswer
 			answers, listErr = listDatastores(ctx, o.Etcd, o.ClientURLs)
-			var ds *datastoreAnswer
-			ds, in.Live, in.Unsure = chooseDatastore(answers, recorded)
-			if ds != nil {
-				in.Listed, in.Members, from, chosen = true, ds.members, ds.from, ds.cluster
+			var ds []datastoreAnswer
+			ds, in.Unsure = chooseDatastore(answers, recorded)
+			for _, a := range ds {
+				if named(a.members, o.Name) != nil {
+					in.Listing++
+				} else {
+					in.Without++
+				}
+			}
+			if len(ds) > 0 {
+				in.Listed, in.Members, from, chosen = true, ds[0].members, ds[0].from, ds[0].cluster
 			}
 		}
 		if !present && !in.Listed && o.FirstLeader {
@@ -495,12 +513,17 @@ func Start(ctx context.Context, o StartOptions) (StartDecision, error) {
 			if d.InitialClusterToken, err = newClusterToken(); err != nil {
 				return d, err
 			}
+			// The new datastore is the member's now; init records its ID
+			// once etcd runs.
+			if err := o.Data.Forget(); err != nil {
+				return d, err
+			}
 			return d, writeStart(log, o.EnvFile, d)
 		case StartWithData:
 			// A member whose datastore is not recorded yet (it started
 			// before liken recorded one) records it once a majority of
 			// its voters list it.
-			if recorded == 0 && in.Listed && named(in.Members, o.Name) != nil && in.Live >= majority(in.Members) && in.Live >= in.Leaders/2+1 {
+			if recorded == 0 && in.Listed && in.Listing >= majority(in.Members) && in.Listing >= in.Leaders/2+1 {
 				if err := remember(o.Data, chosen); err != nil {
 					return d, err
 				}
@@ -607,9 +630,9 @@ func listDatastores(ctx context.Context, c MemberClient, clientURLs []string) ([
 // chooseDatastore picks the datastore etcd-start acts on from the leaders'
 // answers: the member's recorded datastore when one is recorded (answers
 // for any other are ignored); else the one datastore every answer names.
-// It returns the first answer for it, how many leaders answered for it,
-// and, when it picks none although leaders answered, why.
-func chooseDatastore(answers []datastoreAnswer, recorded uint64) (*datastoreAnswer, int, string) {
+// It returns every answer for it, and, when it picks none although
+// leaders answered, why.
+func chooseDatastore(answers []datastoreAnswer, recorded uint64) ([]datastoreAnswer, string) {
 	var ids []uint64
 	byID := map[uint64][]datastoreAnswer{}
 	for _, a := range answers {
@@ -631,15 +654,15 @@ func chooseDatastore(answers []datastoreAnswer, recorded uint64) (*datastoreAnsw
 	}
 	switch {
 	case recorded != 0 && len(byID[recorded]) > 0:
-		return &byID[recorded][0], len(byID[recorded]), ""
+		return byID[recorded], ""
 	case recorded != 0 && len(answers) > 0:
-		return nil, 0, fmt.Sprintf("this member belongs to datastore %x, and no leader that answers belongs to it (%s): etcd waits for a leader of its own datastore and never joins another", recorded, describe())
+		return nil, fmt.Sprintf("this member belongs to datastore %x, and no leader that answers belongs to it (%s): etcd waits for a leader of its own datastore and never joins another", recorded, describe())
 	case len(ids) == 1:
-		return &byID[ids[0]][0], len(byID[ids[0]]), ""
+		return byID[ids[0]], ""
 	case len(ids) > 1:
-		return nil, 0, fmt.Sprintf("the leaders answer for %d datastores (%s), and this member has no record of its own: etcd waits until the leaders of one are down or installed again (liken install)", len(ids), describe())
+		return nil, fmt.Sprintf("the leaders answer for %d datastores (%s), and this member has no record of its own: etcd waits until the leaders of one are down or installed again (liken install)", len(ids), describe())
 	}
-	return nil, 0, ""
+	return nil, ""
 }
 
 // MemberDataPath is where etcd-start answers, on etcd's client port while

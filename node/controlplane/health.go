@@ -58,23 +58,21 @@ func NewHealth(cfg Config, setupDir string) *Health {
 // fleet's.
 var ErrSplit = errors.New("two datastores")
 
+// errSplitTie marks two datastores of which neither is the fleet's by
+// splitFrom's rules: reported, but neither API server is stopped.
+var errSplitTie = errors.New("two datastores")
+
 // Check returns nil when this leader's control plane is healthy: its etcd
 // member is a voter (a learner does not count for quorum) and healthy, and
 // its API server's /readyz answers 200. Otherwise the error says the first
 // thing that is not, for the Machine's status and its events.
 func (h *Health) Check(ctx context.Context) error {
-	timeout := h.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Second
-	}
-	etcdURL, apiURL := h.Etcd, h.APIServer
-	if etcdURL == "" {
-		etcdURL = LocalEtcd
-	}
+	timeout := h.timeout()
+	etcdURL, apiURL := h.etcdURL(), h.APIServer
 	if apiURL == "" {
 		apiURL = LocalAPIServer
 	}
-	etcd, err := h.etcdClient(timeout)
+	etcd, err := h.etcdClient()
 	if err != nil {
 		return err
 	}
@@ -140,14 +138,30 @@ func (h *Health) Check(ctx context.Context) error {
 // etcdClient is liken-node's client of the members, with the certificate
 // setup wrote. Read at every check: setup writes them at every boot, maybe
 // after liken-node started.
-func (h *Health) etcdClient(timeout time.Duration) (*EtcdClient, error) {
+func (h *Health) etcdClient() (*EtcdClient, error) {
 	f := files(h.SetupDir)
 	etcd, err := NewEtcdClientFromFiles(f(NodeEtcdClient.Cert()), f(NodeEtcdClient.Key()), f(EtcdServerCA.Cert()))
 	if err != nil {
 		return nil, fmt.Errorf("the control plane's certificates are not ready (liken-control-plane-setup.service makes them at boot): %w", err)
 	}
-	etcd.Timeout = timeout
+	etcd.Timeout = h.timeout()
 	return etcd, nil
+}
+
+// timeout bounds each request: Timeout, or 2 s when zero.
+func (h *Health) timeout() time.Duration {
+	if h.Timeout == 0 {
+		return 2 * time.Second
+	}
+	return h.Timeout
+}
+
+// etcdURL is this leader's own member: Etcd, or LocalEtcd when empty.
+func (h *Health) etcdURL() string {
+	if h.Etcd == "" {
+		return LocalEtcd
+	}
+	return h.Etcd
 }
 
 // SafeToStop returns nil when this leader's etcd member may go down (a
@@ -162,18 +176,14 @@ func (h *Health) etcdClient(timeout time.Duration) (*EtcdClient, error) {
 // leader"). A datastore of this member alone has no majority to keep: its
 // leader may go down, the API with it.
 func (h *Health) SafeToStop(ctx context.Context) error {
-	timeout := h.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Second
+	if len(h.Peers) == 0 {
+		return nil // one leader: no majority to keep, even with its etcd down
 	}
-	etcd, err := h.etcdClient(timeout)
+	etcd, err := h.etcdClient()
 	if err != nil {
 		return err
 	}
-	self := h.Etcd
-	if self == "" {
-		self = LocalEtcd
-	}
+	self := h.etcdURL()
 	// The member list from this leader's own member; when it does not
 	// answer (it is already down), from the other leaders, who must agree.
 	cluster, members, err := etcd.ClusterMembers(ctx, self)
@@ -289,7 +299,7 @@ func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64
 			// Stopping both API servers would leave none: the user says
 			// which datastore is the fleet's.
 			return fmt.Errorf("%w: %s. The two are as large, so neither leader stops its API server. "+
-				"Install again the leaders whose datastore is not the fleet's (liken install): they then join the other (what was written to theirs is lost)", ErrSplit, split)
+				"Install again the leaders whose datastore is not the fleet's (liken install): they then join the other (what was written to theirs is lost)", errSplitTie, split)
 		}
 		fenced := "clients that reach its API server see another cluster"
 		if h.Fence != nil {
@@ -310,18 +320,11 @@ func (h *Health) splitFrom(ctx context.Context, etcd *EtcdClient, cluster uint64
 // before the API server starts, so that an API server never serves a
 // datastore that split off, not even until the first health check.
 func (h *Health) SplitCheck(ctx context.Context) error {
-	timeout := h.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Second
-	}
-	etcd, err := h.etcdClient(timeout)
+	etcd, err := h.etcdClient()
 	if err != nil {
 		return err
 	}
-	self := h.Etcd
-	if self == "" {
-		self = LocalEtcd
-	}
+	self := h.etcdURL()
 	cluster, members, err := etcd.ClusterMembers(ctx, self)
 	switch {
 	case err != nil && strings.Contains(err.Error(), errLearner):
@@ -329,7 +332,10 @@ func (h *Health) SplitCheck(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("this leader's etcd member does not answer: %w", err)
 	}
-	return h.splitFrom(ctx, etcd, cluster, members)
+	if err := h.splitFrom(ctx, etcd, cluster, members); err != nil && !errors.Is(err, errSplitTie) {
+		return err
+	}
+	return nil // a tie stops neither API server: both would stop
 }
 
 // errLearner is etcd's answer to a learner asked for anything but its

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -51,6 +52,13 @@ func (l *etcdLeader) health(apiURL string) *Health {
 func TestHealthWithoutSetup(t *testing.T) {
 	h := &Health{Machine: "l1", SetupDir: t.TempDir()}
 	assert.ErrorContains(t, h.Check(context.Background()), "the control plane's certificates are not ready (liken-control-plane-setup.service makes them at boot)")
+}
+
+// TestSafeToStopAlone: a fleet of one leader has no majority to keep: its
+// leader may go down even while its etcd does not answer.
+func TestSafeToStopAlone(t *testing.T) {
+	h := &Health{Machine: "l1", SetupDir: t.TempDir(), Etcd: "https://127.0.0.1:1"}
+	assert.NilError(t, h.SafeToStop(context.Background()))
 }
 
 func TestFailedChecks(t *testing.T) {
@@ -113,6 +121,9 @@ func TestSplitFrom(t *testing.T) {
 				assert.NilError(t, err)
 			} else {
 				assert.ErrorContains(t, err, strings.ReplaceAll(tc.want, "PEER", peers[0]))
+				// Only a split off the fleet's keeps the API server from
+				// starting (SplitCheck); a tie stops neither.
+				assert.Equal(t, errors.Is(err, ErrSplit), tc.fenced)
 			}
 			assert.Equal(t, fenced, tc.fenced)
 		})

@@ -142,16 +142,21 @@ func TestControlPlaneReadyFollowsTheLeader(t *testing.T) {
 	})
 }
 
+// restartK3sCase is the change of class RestartK3s of classCases.
+func restartK3sCase() classCase {
+	for _, c := range classCases {
+		if c.class == likenv1.ClassRestartK3s {
+			return c
+		}
+	}
+	panic("classCases has no RestartK3s change")
+}
+
 // TestLeaderK3sTurnWaitsForItsControlPlane: after a RestartK3s change the
 // leader's Node is Ready again, but its API server is not: the turn is
 // held (no second leader may go down) until it is.
 func TestLeaderK3sTurnWaitsForItsControlPlane(t *testing.T) {
-	var tc classCase
-	for _, c := range classCases {
-		if c.class == likenv1.ClassRestartK3s {
-			tc = c
-		}
-	}
+	tc := restartK3sCase()
 	e, leaderOpts := newLeader(t, daemon.Options{})
 	cp := &fakeControlPlane{}
 	o := leaderOpts()
@@ -224,12 +229,7 @@ func TestLeaderRebootWaitsForTheDatastore(t *testing.T) {
 // control plane in its RestartK3s turn waits, holding the turn, while the
 // datastore would lose its majority without its member.
 func TestLeaderK3sRestartWaitsForTheDatastore(t *testing.T) {
-	var tc classCase
-	for _, c := range classCases {
-		if c.class == likenv1.ClassRestartK3s {
-			tc = c
-		}
-	}
+	tc := restartK3sCase()
 	e, leaderOpts := newLeader(t, daemon.Options{})
 	cp := &fakeControlPlane{}
 	o := leaderOpts()

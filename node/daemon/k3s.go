@@ -49,6 +49,7 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 			// Taken back or released before the restart was confirmed: k3s
 			// may run either configuration, so a turn restarts it again.
 			log.Info("The leader turn left the ledger before the restart of k3s was confirmed; asking for another", "change", t.Change)
+			d.downWaitingFor = ""
 			if err := d.update(func(st *diskState) { st.Turn, st.K3sRestartDue = nil, true }); err != nil {
 				log.Error(err, "Forgetting the leader turn given back")
 			}

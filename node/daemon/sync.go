@@ -254,8 +254,9 @@ func (d *Daemon) syncConfig(ctx context.Context, v *view) {
 	}
 	// A leader restarts k3s only in a leader turn (syncK3sTurn): its
 	// datastore member goes down with it, and the datastore needs a
-	// majority of the leaders.
-	if k3s := changes.Only(diff, likenv1.ClassRestartK3s); len(k3s) > 0 && applied.Role != likenv1.RoleLeader {
+	// majority of the leaders. A machine that runs a control plane is a
+	// leader here whatever its Machine's role says.
+	if k3s := changes.Only(diff, likenv1.ClassRestartK3s); len(k3s) > 0 && applied.Role != likenv1.RoleLeader && d.o.ControlPlane == nil {
 		cfg := changes.Merge(applied, v.desired, likenv1.ClassLive, likenv1.ClassRestartK3s)
 		if err := d.o.Applier.RestartK3s(ctx, cfg, k3s); err != nil {
 			d.configFailed(ctx, v, "k3s restart for "+strings.Join(changes.Paths(k3s), ", "), err)

@@ -247,13 +247,6 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 	d.mu.Unlock()
 	d.enqueue()
 
-	// A leader goes down only while the datastore keeps its majority
-	// without it, asked now: the operator granted the turn from a view
-	// that may be as old as the drain.
-	if !d.awaitDatastore(ctx, h, m, c, "the reboot") {
-		return
-	}
-
 	// The ledger is the only truth: read it fresh before the reboot.
 	for {
 		cl, err := d.o.Liken.LikenV1alpha1().Clusters().Get(ctx, c.Name, metav1.GetOptions{})
@@ -288,6 +281,15 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 		} else {
 			trial = true
 		}
+	}
+
+	// A leader goes down only while the datastore keeps its majority
+	// without it, asked as the last step before the trial is armed and
+	// the machine reboots: the operator granted the turn from a view that
+	// may be as old as the drain. While it waits, a turn taken back ends
+	// ctx.
+	if !d.awaitDatastore(ctx, h, m, c, "the reboot") {
+		return
 	}
 
 	d.mu.Lock()
