@@ -24,6 +24,7 @@ import (
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
+	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/join"
 	"liken.sh/liken/node/slots"
@@ -69,6 +70,11 @@ const (
 	// configuration, and controlplane.IdentityDir, the cluster identity
 	// unpacked. A Worker's disk has none.
 	LeaderDir = "leader"
+	// NetworkDir holds the Machine's ports as systemd-networkd files
+	// (changes.PortNetwork), which the machine's setup puts in place
+	// before its network starts: its static addresses apply before it
+	// joins.
+	NetworkDir = "network"
 	// maxMBRBytes is the most an MBR partition table addresses.
 	maxMBRBytes = int64(1<<32-1) * diskimage.SectorSize
 )
@@ -472,6 +478,18 @@ func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *contro
 	}
 	if err := os.WriteFile(filepath.Join(dir, MachineFile), []byte(machine+"\n"), 0o644); err != nil {
 		return err
+	}
+	for _, p := range own.Machine(machine).Spec.Ports {
+		name, b, err := changes.PortNetwork(p)
+		if err != nil {
+			return fmt.Errorf("Machine %s: %w", machine, err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, NetworkDir), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, NetworkDir, name), b, 0o644); err != nil {
+			return err
+		}
 	}
 	clientCA, ok := own.Identity.Files[ClientCAFile]
 	if !ok {

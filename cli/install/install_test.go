@@ -235,6 +235,11 @@ func TestInstallImage(t *testing.T) {
 				assert.Check(t, ok && bytes.Equal(got, b), "%s on the disk differs from the layer's", name)
 			}
 			assert.Check(t, is.Equal(string(partFile(t, o.Disk, parts[1], "/"+MachineFile)), tc.machine+"\n"))
+			// The machine's own static address, which applies before it
+			// joins.
+			address := map[string]string{"node-1": "10.0.0.11/24", "node-2": "10.0.0.12/24"}[tc.machine]
+			assert.Check(t, is.DeepEqual(partList(t, o.Disk, parts[1], "/"+NetworkDir), []string{"50-liken-eth0.network"}))
+			assert.Check(t, is.Contains(string(partFile(t, o.Disk, parts[1], "/"+NetworkDir+"/50-liken-eth0.network")), "Name=eth0\n\n[Network]\nAddress="+address+"\n"))
 			// The kubelet checks the API server's client certificate
 			// (kubectl logs, exec) against the identity's client CA.
 			assert.Check(t, bytes.Equal(partFile(t, o.Disk, parts[1], "/"+ClientCAFile), l.Identity.Files["client-ca.crt"]))

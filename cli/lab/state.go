@@ -23,6 +23,9 @@ const (
 	// KindEndpoint is the VM lab's API endpoint: a loopback port forwarded
 	// to a ready leader's API server (liken lab serve-endpoint).
 	KindEndpoint = "endpoint"
+	// KindSegment is the VM lab's network segment: the switch between
+	// the machines' second ports (liken lab serve-segment).
+	KindSegment = "segment"
 )
 
 // State is what a running lab records in <lab dir>/lab.json; `liken lab

@@ -491,8 +491,9 @@ spec:
 			b.WriteString(reachAnnotations(n, leaderPorts{nodecp.APIServerPort, nodecp.EtcdClientPort, nodecp.EtcdPeerPort}))
 		}
 		fmt.Fprintf(&b, "spec:\n  cluster: %s\n  role: %s\n  rebootPolicy: %s\n", o.name, roleOf(i, o.leaders), o.policy)
-		if !o.vm {
-			// The virtual machines' ports get DHCP from the image.
+		if o.vm {
+			b.WriteString(vmPorts(i))
+		} else {
 			b.WriteString("  ports:\n  - name: eth0\n    dhcp: true\n")
 		}
 	}

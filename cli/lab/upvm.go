@@ -150,6 +150,10 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 		st.Machines = append(st.Machines, m)
 	}
 	step("%d disks written by liken install, slot A holding %s; the leaders' disks hold their control plane", o.machines, version)
+	if err := startSegment(ctx, st, bins); err != nil {
+		return err
+	}
+	step("the machines' network segment: %s.0/24, %s to %s, through the lab's switch (%s)", segmentPrefix, segmentAddress(0), segmentAddress(o.machines-1), segmentSocket(st, switchName))
 	for i := range st.Machines {
 		p, err := startVM(st, &st.Machines[i])
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,14 +47,87 @@ func LeaderHardware() qemu.Hardware {
 }
 
 // machineHardware is machine m's hardware in the lab st, with its
-// forwarded ports.
+// forwarded ports and its port on the lab's segment.
 func machineHardware(st *State, m *MachineInfo) qemu.Hardware {
 	hw := VMHardware(len(st.Machines))
 	if m.Role == string(v1.RoleLeader) {
 		hw = LeaderHardware()
 	}
 	hw.Forwards = m.Forwards
+	for i := range st.Machines {
+		if st.Machines[i].Name == m.Name {
+			hw.Segment = &qemu.Segment{Socket: segmentSocket(st, m.Name), Switch: segmentSocket(st, switchName), MAC: segmentMAC(i)}
+		}
+	}
 	return hw
+}
+
+// The VM lab's network segment: each virtual machine's second port is on
+// one Ethernet segment, the frames going through unix datagram sockets
+// to the lab's switch (liken lab serve-segment), never through this
+// computer's network. On it, machine i (from 0) has the address
+// segmentAddress(i); its first port, on QEMU's user network, reaches
+// this computer at qemu.HostAddress. The segment carries the default
+// route, so that the kubelet gives its Node the segment's address, and
+// it leads nowhere else: the lab's machines reach only one another and
+// this computer's channel and endpoint.
+const (
+	segmentDir = "segment"
+	switchName = "switch"
+	// segmentPrefix is the segment's /24; the gateway, .1, answers
+	// nothing.
+	segmentPrefix = "10.77.0"
+)
+
+// segmentSocket is the unix socket of name (a machine, or the switch).
+func segmentSocket(st *State, name string) string {
+	return filepath.Join(st.Dir, segmentDir, name+".sock")
+}
+
+// segmentMAC is machine i's hardware address on the segment.
+func segmentMAC(i int) string { return fmt.Sprintf("52:54:00:4c:00:%02x", i+1) }
+
+// segmentAddress is machine i's address on the segment (liken lab up
+// makes at most 200 machines).
+func segmentAddress(i int) string { return fmt.Sprintf("%s.%d", segmentPrefix, 11+i) }
+
+// vmPorts is machine i's spec.ports: its port to this computer, QEMU's
+// user network at its fixed address, and its port on the segment.
+func vmPorts(i int) string {
+	return fmt.Sprintf("  ports:\n  - name: host\n    mac: %q\n    addresses: [10.0.2.15/24]\n"+
+		"  - name: lab\n    mac: %q\n    addresses: [%s/24]\n    gateway: %s.1\n",
+		qemu.UserMAC, segmentMAC(i), segmentAddress(i), segmentPrefix)
+}
+
+// startSegment starts the lab's switch and waits for its socket.
+func startSegment(ctx context.Context, st *State, bins binaries) error {
+	sock := segmentSocket(st, switchName)
+	// A unix socket's address holds 107 bytes.
+	if len(sock) > 100 {
+		return fmt.Errorf("the lab's folder %s is too long for the segment's unix sockets (%s): set LIKEN_LAB_HOME to a shorter folder", st.Dir, sock)
+	}
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		return err
+	}
+	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-segment", "--socket", sock}, filepath.Join(st.Dir, "segment.log"), true)
+	if err != nil {
+		return err
+	}
+	p.Kind, p.Name = KindSegment, "segment"
+	st.Processes = append(st.Processes, *p)
+	for {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return nil
+		}
+		if err := exitedProcess(st); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // vmDiskSize is each virtual machine's disk: two releases, the node
@@ -127,9 +201,13 @@ func vmFault(fault string) func(root string) error {
 		// liken-boot finds no init: the kernel panics.
 		return func(root string) error { return os.Remove(filepath.Join(root, imageInit)) }
 	case FaultNoRejoin:
-		// No network configuration: the machine never gets an address.
+		// No network configuration: every Ethernet port is left alone by
+		// systemd-networkd (the first file that matches a port wins), so
+		// the machine never gets an address, whatever its Machine's ports
+		// and its layer say.
 		return func(root string) error {
-			return os.Remove(filepath.Join(root, "etc/systemd/network/99-liken-dhcp.network"))
+			return os.WriteFile(filepath.Join(root, "etc/systemd/network/00-liken-fault-no-network.network"),
+				[]byte("[Match]\nType=ether\n\n[Link]\nUnmanaged=yes\n"), 0o644)
 		}
 	}
 	return nil
@@ -184,6 +262,11 @@ const vmDisk = "disk.img"
 func startVM(st *State, m *MachineInfo) (*controlplane.Process, error) {
 	tools, err := vmTools(io.Discard)
 	if err != nil {
+		return nil, err
+	}
+	// QEMU binds its segment socket anew: remove the one a machine whose
+	// power was pulled left behind.
+	if err := os.Remove(segmentSocket(st, m.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	args := append([]string{"LD_LIBRARY_PATH=" + tools.LibraryPath(), tools.Tool("qemu-system-x86_64")},

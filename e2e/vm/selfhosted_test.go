@@ -191,12 +191,13 @@ func labUp(t *testing.T, name string, machines, leaders int) *userLab {
 	assert.Assert(t, m != nil, "no export KUBECONFIG= line:\n%s", out)
 	assert.NilError(t, json.Unmarshal([]byte(l.run("lab", "status", "--name", name, "-o", "json")), &l.st))
 	assert.Assert(t, l.st.VM)
-	// This computer runs only the channel, the endpoint and QEMU.
+	// This computer runs only the channel, the endpoint, the segment's
+	// switch and QEMU.
 	kinds := map[string]int{}
 	for _, p := range l.st.Processes {
 		kinds[p.Kind]++
 	}
-	assert.DeepEqual(t, kinds, map[string]int{clilab.KindChannel: 1, clilab.KindEndpoint: 1, clilab.KindMachine: machines})
+	assert.DeepEqual(t, kinds, map[string]int{clilab.KindChannel: 1, clilab.KindEndpoint: 1, clilab.KindSegment: 1, clilab.KindMachine: machines})
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range l.st.Machines {

@@ -146,6 +146,23 @@ type Hardware struct {
 	// Forwards maps ports of the host's loopback to the machine's ports
 	// (TCP, through the user network; Network only).
 	Forwards map[int]int
+	// Segment, when set, gives the machine a second virtio port on a
+	// network segment shared with other machines.
+	Segment *Segment
+}
+
+// UserMAC is the hardware address of the port on QEMU's user network.
+const UserMAC = "52:54:00:12:34:56"
+
+// Segment is a machine's port on a network segment: QEMU's dgram backend
+// sends each Ethernet frame as one datagram from the machine's unix
+// socket to the segment's switch, which sends frames back to it there.
+type Segment struct {
+	// Socket is the machine's end, Switch the switch's (absolute paths
+	// shorter than a unix socket address allows).
+	Socket, Switch string
+	// MAC is the port's hardware address, unique on the segment.
+	MAC string
 }
 
 // Args are a machine's QEMU flags: the accelerator (software emulation
@@ -161,7 +178,12 @@ func (t *Tools) Args(disk string, hw Hardware, console string) []string {
 		for _, host := range hosts {
 			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", host, hw.Forwards[host])
 		}
-		nic = []string{"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile="}
+		nic = []string{"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,mac=" + UserMAC + ",romfile="}
+	}
+	if s := hw.Segment; s != nil {
+		nic = append(nic,
+			"-netdev", "dgram,id=net1,local.type=unix,local.path="+escape(s.Socket)+",remote.type=unix,remote.path="+escape(s.Switch),
+			"-device", "virtio-net-pci,netdev=net1,mac="+s.MAC+",romfile=")
 	}
 	accel := t.Accel
 	if accel == "" {
@@ -172,8 +194,11 @@ func (t *Tools) Args(disk string, hw Hardware, console string) []string {
 		"-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
 		"-monitor", "none", "-serial", console,
 		"-L", filepath.Join(t.Root, "usr/share/seabios"), "-L", filepath.Join(t.Root, "usr/share/qemu"),
-		// QEMU's option syntax escapes a comma by doubling it.
-		"-drive", "file="+strings.ReplaceAll(disk, ",", ",,")+",format=raw,if=virtio,cache=writeback",
+		"-drive", "file="+escape(disk)+",format=raw,if=virtio,cache=writeback",
 		"-boot", "strict=on",
 	)
 }
+
+// escape writes a path as a value of QEMU's option syntax, which escapes
+// a comma by doubling it.
+func escape(path string) string { return strings.ReplaceAll(path, ",", ",,") }

@@ -93,8 +93,13 @@ const (
 	KernelArgsFile     = BootDir + "/" + boot.KernelArgsFile
 	BannerFile         = "etc/issue"
 	NetworkdDir        = "etc/systemd/network"
-	ModulesProcFile    = "proc/modules"
-	bootStatProcFile   = "proc/stat"
+	// LayerNetworkDir is where the machine's setup puts the network
+	// files liken install wrote to the layer partition from the Machine's
+	// ports (PortNetwork), so that its static addresses apply before it
+	// joins. NetworkdDir's files of the same names take precedence.
+	LayerNetworkDir  = "run/systemd/network"
+	ModulesProcFile  = "proc/modules"
+	bootStatProcFile = "proc/stat"
 	// BootDir is the GRUB folder on the boot partition, where grub.cfg
 	// and the boot state are.
 	BootDir = "boot/grub"
@@ -360,12 +365,28 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("loading kernel module %s: %w", m.Name, err)
 		}
 	}
+	own := map[string]bool{}
 	for _, p := range cfg.Ports {
 		if err := o.port(p); err != nil {
 			return err
 		}
+		name, _, _ := PortNetwork(p)
+		own[name] = true
 	}
-	if len(cfg.Ports) > 0 {
+	// The layer's copies of the ports (written at install) hold until
+	// now; the Machine's ports replace them, and a port the Machine no
+	// longer lists loses its layer copy too.
+	stale, _ := filepath.Glob(filepath.Join(o.path(LayerNetworkDir), "50-liken-*.network"))
+	for _, f := range stale {
+		if own[filepath.Base(f)] {
+			continue
+		}
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing the install's copy of a port the Machine no longer lists: %w", err)
+		}
+		own[filepath.Base(f)] = true
+	}
+	if len(own) > 0 {
 		if err := o.run(ctx, "networkctl", "reload"); err != nil {
 			return fmt.Errorf("reloading the network configuration: %w", err)
 		}
@@ -569,14 +590,27 @@ func (o *OS) endpointAddr(ctx context.Context, n likenv1.NetworkSpec) (netip.Add
 }
 
 func (o *OS) port(p likenv1.Port) error {
+	name, b, err := PortNetwork(p)
+	if err != nil {
+		return err
+	}
+	return o.write(filepath.Join(NetworkdDir, name), b, 0o644)
+}
+
+// PortNetwork renders a Machine's port as a systemd-networkd file: its
+// name (50-liken-NAME.network, before the image's DHCP default) and its
+// contents. liken-node writes it to NetworkdDir at every boot, and liken
+// install writes it to the layer partition, whose copy the machine's
+// setup puts in place before the network starts (LayerNetworkDir).
+func PortNetwork(p likenv1.Port) (string, []byte, error) {
 	if !interfaceName.MatchString(p.Name) {
-		return fmt.Errorf("port name %q is not an interface name (1 to 15 letters, digits, _, - and ., not starting with .)", p.Name)
+		return "", nil, fmt.Errorf("port name %q is not an interface name (1 to 15 letters, digits, _, - and ., not starting with .)", p.Name)
 	}
 	var b bytes.Buffer
-	b.WriteString("# Written by liken-node from the Machine's spec.ports.\n[Match]\n")
+	b.WriteString("# Written by liken from the Machine's spec.ports.\n[Match]\n")
 	if p.MAC != "" {
 		if _, err := net.ParseMAC(p.MAC); err != nil {
-			return fmt.Errorf("port %s: MAC %q: %w", p.Name, p.MAC, err)
+			return "", nil, fmt.Errorf("port %s: MAC %q: %w", p.Name, p.MAC, err)
 		}
 		fmt.Fprintf(&b, "MACAddress=%s\n", p.MAC)
 	} else {
@@ -591,17 +625,17 @@ func (o *OS) port(p likenv1.Port) error {
 	}
 	for _, a := range p.Addresses {
 		if _, _, err := net.ParseCIDR(a); err != nil {
-			return fmt.Errorf("port %s: address %q is not in CIDR form (such as 10.0.0.11/24)", p.Name, a)
+			return "", nil, fmt.Errorf("port %s: address %q is not in CIDR form (such as 10.0.0.11/24)", p.Name, a)
 		}
 		fmt.Fprintf(&b, "Address=%s\n", a)
 	}
 	if p.Gateway != "" {
 		if net.ParseIP(p.Gateway) == nil {
-			return fmt.Errorf("port %s: gateway %q is not an IP address", p.Name, p.Gateway)
+			return "", nil, fmt.Errorf("port %s: gateway %q is not an IP address", p.Name, p.Gateway)
 		}
 		fmt.Fprintf(&b, "Gateway=%s\n", p.Gateway)
 	}
-	return o.write(filepath.Join(NetworkdDir, "50-liken-"+p.Name+".network"), b.Bytes(), 0o644)
+	return "50-liken-" + p.Name + ".network", b.Bytes(), nil
 }
 
 func (o *OS) disk(ctx context.Context, d likenv1.Disk) error {

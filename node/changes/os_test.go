@@ -712,3 +712,28 @@ func TestImageKubeletReadsTheAgentFiles(t *testing.T) {
 	assert.Check(t, strings.HasPrefix(KubeletNetworkFile, KubeletConfigDir+"/") && strings.HasSuffix(KubeletNetworkFile, ".conf"),
 		"the kubelet reads only .conf files of its drop-in folder: %s", KubeletNetworkFile)
 }
+
+// TestBootReplacesTheLayersPorts: the ports liken install put on the layer
+// partition hold until liken-node applies the Machine's: a port the
+// Machine still lists keeps its name (the Machine's file takes precedence),
+// and a port it no longer lists loses its copy, so that no address of an
+// old install stays on the machine.
+func TestBootReplacesTheLayersPorts(t *testing.T) {
+	root := t.TempDir()
+	var log cmdLog
+	o := &OS{Root: root, Run: log.run, stat: blockDeviceStat}
+	cfg := base()
+	cfg.Disks, cfg.KernelModules, cfg.Settings.Sysctls = nil, nil, nil
+	for _, p := range []likenv1.Port{cfg.Ports[0], {Name: "old", Addresses: []string{"192.0.2.7/24"}}} {
+		name, b, err := PortNetwork(p)
+		assert.NilError(t, err)
+		assert.NilError(t, os.MkdirAll(filepath.Join(root, LayerNetworkDir), 0o755))
+		assert.NilError(t, os.WriteFile(filepath.Join(root, LayerNetworkDir, name), b, 0o644))
+	}
+
+	assert.NilError(t, o.Boot(context.Background(), cfg))
+	left, err := filepath.Glob(filepath.Join(root, LayerNetworkDir, "*"))
+	assert.NilError(t, err)
+	assert.DeepEqual(t, left, []string{filepath.Join(root, LayerNetworkDir, "50-liken-eth0.network")})
+	assert.Assert(t, is.Contains(log.cmds, "networkctl reload"))
+}

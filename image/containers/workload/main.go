@@ -1,9 +1,10 @@
-// Command workload is the small test workload liken's image preloads: it answers HTTP on port 8080 with its host name, and stops on SIGTERM.
+// Command workload is the small test workload liken's image preloads: it answers HTTP on port 8080 with its host name, and stops on SIGTERM; `workload get URL` prints what URL answers, the client of the network checks.
 package main
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -12,6 +13,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "get" {
+		os.Exit(get(os.Args[2]))
+	}
 	name, _ := os.Hostname()
 	srv := &http.Server{Addr: ":8080", ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%s\n", name)
@@ -28,4 +32,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// get prints the body of url's answer; it fails unless the answer is 200
+// OK within 5 seconds.
+func get(url string) int {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(os.Stdout, resp.Body); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, resp.Status)
+		return 1
+	}
+	return 0
 }
