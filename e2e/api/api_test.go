@@ -935,3 +935,28 @@ func TestOperatorScope(t *testing.T) {
 	err = op.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Delete(ctx, "any", metav1.DeleteOptions{})
 	assert.Assert(t, apierrors.IsForbidden(err), "the operator may delete PodDisruptionBudgets: %v", err)
 }
+
+// TestMachineReadsTheNetwork: with its own credential, a machine reads
+// what its kube-proxy and its pod routes need: every Node, Service and
+// EndpointSlice (Kubernetes' proxier role, bound to the machines' group by
+// liken's manifests), and may not change a Service.
+func TestMachineReadsTheNetwork(t *testing.T) {
+	cp, _ := setup(t)
+	ctx := context.Background()
+	twoNodes(t, cp)
+	asNode1, err := kubernetes.NewForConfig(cp.Config("system:node:node-1"))
+	assert.NilError(t, err)
+
+	nodes, err := asNode1.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(nodes.Items, 2), "the other machines' Nodes, whose pod ranges it routes")
+	_, err = asNode1.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	_, err = asNode1.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err, "kube-proxy reads every EndpointSlice")
+	svc, err := asNode1.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	assert.NilError(t, err)
+	svc.Labels = map[string]string{"changed": "by-a-machine"}
+	_, err = asNode1.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{})
+	assert.Check(t, apierrors.IsForbidden(err), "a machine changed a Service: %v", err)
+}

@@ -1,5 +1,3 @@
-//go:build vmfaults || vmleaders
-
 package vme2e
 
 import (
@@ -153,13 +151,15 @@ func freePort(t *testing.T) int {
 // lab home of the test's own, with the clients of the kubeconfig it
 // prints.
 type userLab struct {
-	t     *testing.T
-	name  string
-	run   func(args ...string) string // runs liken; its output
-	st    clilab.State                // liken lab status -o json
-	cfg   *rest.Config
-	kube  kubernetes.Interface
-	liken versioned.Interface
+	t    *testing.T
+	name string
+	run  func(args ...string) string // runs liken; its output
+	st   clilab.State                // liken lab status -o json
+	// kubeconfig is the file of the KUBECONFIG lab up prints.
+	kubeconfig string
+	cfg        *rest.Config
+	kube       kubernetes.Interface
+	liken      versioned.Interface
 }
 
 // labUp runs liken lab up --vm with machines, leaders of them, Auto
@@ -207,6 +207,7 @@ func labUp(t *testing.T, name string, machines, leaders int) *userLab {
 		}
 	})
 
+	l.kubeconfig = m[1]
 	l.cfg, err = clientcmd.BuildConfigFromFlags("", m[1])
 	assert.NilError(t, err)
 	// A request to a leader that went away fails rather than hangs; the

@@ -1,6 +1,6 @@
 // Command kube is one binary that holds every upstream component liken's
 // tests and lab run: etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, kwok and kubectl. Shared packages compile and link once.
+// kube-scheduler, kube-proxy, kwok and kubectl. Shared packages compile and link once.
 //
 // The component is chosen by the first argument, or by the name the binary
 // was called under (a symlink named after the component, as make build
@@ -22,10 +22,11 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
-const usage = "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok|kubectl [flags]"
+const usage = "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|kwok|kubectl [flags]"
 
 func main() {
 	name := filepath.Base(os.Args[0])
@@ -46,6 +47,8 @@ func main() {
 		os.Exit(run(controllermanager.NewControllerManagerCommand(), name, args))
 	case "kube-scheduler":
 		os.Exit(run(scheduler.NewSchedulerCommand(), name, args))
+	case "kube-proxy":
+		os.Exit(run(proxy.NewProxyCommand(), name, args))
 	case "kwok":
 		os.Exit(runKwok(args))
 	case "kubectl":

@@ -53,6 +53,8 @@ const (
 // debianPackages are installed with mmdebstrap's minbase variant.
 var debianPackages = []string{
 	"systemd-sysv", "udev", "dbus", "kmod", "iproute2", "iptables", "systemd-timesyncd",
+	// nft: kube-proxy's nftables mode writes its rules with it.
+	"nftables",
 	"linux-image-cloud-amd64",
 }
 
@@ -64,7 +66,7 @@ var initramfsModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32
 // units are the systemd units enabled in the image.
 // The control plane's units start only on a leader, whose layer partition
 // holds leader/config.yaml (docs/design/controlplane.md).
-var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "liken-node.service", "systemd-networkd.service", "systemd-timesyncd.service",
+var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "kube-proxy.path", "liken-node.service", "systemd-networkd.service", "systemd-timesyncd.service",
 	"liken-control-plane-setup.service", "etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service", "liken-control-plane-init.service"}
 
 //go:embed all:rootfs
@@ -211,14 +213,43 @@ func (b *builder) run() error {
 	return nil
 }
 
+// sourceDigest is the first 12 hex digits of the SHA-256 of the agent's
+// binaries' names and dir's Go sources and module files: the agent is
+// built again when a binary is added or hack/kube's multi-call binary
+// changes (a component added), as make build does.
+func sourceDigest(dir string, names []string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return "", err
+	}
+	files = append(files, filepath.Join(dir, "go.mod"), filepath.Join(dir, "go.sum"))
+	sort.Strings(files)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", strings.Join(names, " "))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12], nil
+}
+
 // agent builds the node agent (kubelet, containerd, runc, CNI plugins)
 // into the cache, once per set of versions, and returns each binary's path
 // by name.
 func (b *builder) agent() (map[string]string, error) {
-	key := strings.Join([]string{kubeVersion, etcdVersion, containerdVersion, runcVersion, cniPluginsVersion}, "-")
+	names := []string{"kubelet", "kube", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback", "portmap"}
+	src, err := sourceDigest(filepath.Join(b.repo, "hack", "kube"), names)
+	if err != nil {
+		return nil, err
+	}
+	key := strings.Join([]string{kubeVersion, etcdVersion, containerdVersion, runcVersion, cniPluginsVersion, src}, "-")
 	dir := filepath.Join(b.cache, "agent-"+key)
 	bins := map[string]string{}
-	for _, n := range []string{"kubelet", "kube", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback"} {
+	for _, n := range names {
 		bins[n] = filepath.Join(dir, n)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".done")); err == nil {
@@ -260,7 +291,7 @@ func (b *builder) agent() (map[string]string, error) {
 	}
 	b.step("Building the CNI plugins %s", cniPluginsVersion)
 	pkgs = nil
-	for _, p := range []string{"main/bridge", "ipam/host-local", "main/loopback"} {
+	for _, p := range []string{"main/bridge", "ipam/host-local", "main/loopback", "meta/portmap"} {
 		pkgs = append(pkgs, "github.com/containernetworking/plugins/plugins/"+p+"@"+cniPluginsVersion)
 	}
 	if err := runEnv("", append(env, "CGO_ENABLED=0"), "go", append([]string{"install", "-ldflags", "-s -w"}, pkgs...)...); err != nil {
@@ -424,7 +455,7 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 		"usr/bin/kubelet": agent["kubelet"], "usr/bin/kube": agent["kube"], "usr/bin/containerd": agent["containerd"],
 		"usr/bin/containerd-shim-runc-v2": agent["containerd-shim-runc-v2"], "usr/bin/ctr": agent["ctr"],
 		"usr/bin/runc": agent["runc"], "opt/cni/bin/bridge": agent["bridge"],
-		"opt/cni/bin/host-local": agent["host-local"], "opt/cni/bin/loopback": agent["loopback"],
+		"opt/cni/bin/host-local": agent["host-local"], "opt/cni/bin/loopback": agent["loopback"], "opt/cni/bin/portmap": agent["portmap"],
 		"usr/bin/liken-node": own["liken-node"],
 	}
 	for dst, src := range install {

@@ -30,10 +30,12 @@ type conflist struct {
 	CNIVersion string `json:"cniVersion"`
 	Name       string `json:"name"`
 	Plugins    []struct {
-		Type      string `json:"type"`
-		Bridge    string `json:"bridge"`
-		IsGateway bool   `json:"isGateway"`
-		IPMasq    *bool  `json:"ipMasq"`
+		Type      string          `json:"type"`
+		Bridge    string          `json:"bridge"`
+		IsGateway bool            `json:"isGateway"`
+		Hairpin   bool            `json:"hairpinMode"`
+		IPMasq    *bool           `json:"ipMasq"`
+		Caps      map[string]bool `json:"capabilities"`
 		IPAM      struct {
 			Type   string                `json:"type"`
 			Ranges [][]map[string]string `json:"ranges"`
@@ -82,12 +84,16 @@ func TestCNITemplate(t *testing.T) {
 			assert.NilError(t, dec.Decode(&c), out.String())
 			assert.Check(t, is.Equal(c.CNIVersion, "1.0.0"))
 			assert.Check(t, is.Equal(c.Name, "liken"))
-			assert.Assert(t, is.Len(c.Plugins, 1))
+			assert.Assert(t, is.Len(c.Plugins, 2))
+			// The pods' hostPorts.
+			assert.Check(t, is.Equal(c.Plugins[1].Type, "portmap"))
+			assert.Check(t, c.Plugins[1].Caps["portMappings"])
 			p := c.Plugins[0]
 			assert.Check(t, is.Equal(p.Type, "bridge"))
 			// 05-liken-pods.network leaves cni0 to the CNI plugin.
 			assert.Check(t, is.Equal(p.Bridge, "cni0"))
 			assert.Check(t, p.IsGateway)
+			assert.Check(t, p.Hairpin, "a pod cannot reach itself through a Service")
 			if assert.Check(t, p.IPMasq != nil, "ipMasq is not set: the bridge plugin's default may change") {
 				assert.Check(t, !*p.IPMasq, "the bridge masquerades pod traffic, also to the pods of other machines")
 			}

@@ -85,7 +85,8 @@ type NetworkSpec struct {
 	// PodCIDR is the range pod addresses come from, such as 10.42.0.0/16
 	// (default 10.244.0.0/16). The controller manager gives each Node a /24
 	// of it (a /64 of an IPv6 range, which must then be a /48 to a /64), and
-	// the pods of that Node's machine take their addresses from it. Pod
+	// the pods of that Node's machine take their addresses from it; every
+	// machine routes the other machines' ranges to their addresses. Pod
 	// traffic to an address outside it leaves with the machine's address.
 	// It must not overlap serviceCIDR. A Node keeps the range it was given,
 	// and leaders hand out ranges from the value liken install wrote on
@@ -94,7 +95,10 @@ type NetworkSpec struct {
 	// +optional
 	PodCIDR string `json:"podCIDR,omitempty"`
 	// ServiceCIDR is the range service addresses come from, such as
-	// 10.96.0.0/16 (the default). Disruption class: Reboot.
+	// 10.96.0.0/16 (the default); every machine's kube-proxy routes them.
+	// Leaders hand out addresses from the value liken install wrote on
+	// their disk: set it before the fleet is installed.
+	// Disruption class: Reboot.
 	// +optional
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 	// ClusterDNS is the IP address of the cluster's DNS service, such as

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -27,6 +28,7 @@ import (
 	"liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/join"
+	"liken.sh/liken/node/podroutes"
 	"liken.sh/liken/node/watchdog"
 	"liken.sh/liken/version"
 )
@@ -122,6 +124,10 @@ func runDaemon(ctx context.Context, f runFlags) error {
 	return daemon.StartFailed(ctx, bi, rebooter, err)
 }
 
+// podRoutesResync is how often liken-node compares the pod routes with
+// the kernel's, so that one a network reconfiguration removed comes back.
+const podRoutesResync = 30 * time.Second
+
 func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.Rebooter) error {
 	log := klog.FromContext(ctx)
 	if f.bootstrap != "" {
@@ -172,6 +178,15 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 	case "os":
 		a := &changes.OS{Root: "/"}
 		o.Applier, o.Observer = a, a
+		// Pods reach the pods of every other machine on the segment.
+		nodes := informers.NewSharedInformerFactory(kube, 0)
+		routes := podroutes.New(f.machine, nodes.Core().V1().Nodes(), podroutes.Netlink{}, podRoutesResync)
+		nodes.Start(ctx.Done())
+		go func() {
+			if err := routes.Run(ctx); err != nil {
+				log.Error(err, "Routing the other machines' pod ranges stopped")
+			}
+		}()
 		// A leader (liken install wrote leader/config.yaml on its layer
 		// partition) runs the control plane: its trial and its RestartK3s
 		// turn wait for it, and RestartK3s restarts it.

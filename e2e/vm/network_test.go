@@ -1,0 +1,157 @@
+package vme2e
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/lab/controlplane"
+)
+
+// TestNetworkAcrossMachines: a fleet of two liken machines is an ordinary
+// Kubernetes cluster: each Node has its own address and its own pod range
+// of the Cluster's podCIDR; a Deployment spread over both machines and a
+// Service in front of it: a pod on each machine reaches each replica by
+// its pod address (on its own machine and across the segment), the
+// Service by its ClusterIP, and the NodePort on each machine's address;
+// kubectl logs reaches each machine.
+func TestNetworkAcrossMachines(t *testing.T) {
+	l := labUp(t, "net", 2, 1)
+	ctx := t.Context()
+
+	nodes, err := l.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	podCIDR := netip.MustParsePrefix(likenv1.DefaultPodCIDR)
+	addresses, ranges := map[string]string{}, map[string]bool{}
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				addresses[n.Name] = a.Address
+			}
+		}
+		r, err := netip.ParsePrefix(n.Spec.PodCIDR)
+		assert.NilError(t, err, "Node %s's pod range", n.Name)
+		assert.Assert(t, podCIDR.Contains(r.Addr()) && r.Bits() > podCIDR.Bits(), "Node %s's range %s is not of the Cluster's %s", n.Name, r, podCIDR)
+		assert.Assert(t, !ranges[r.String()], "two Nodes have the range %s", r)
+		ranges[r.String()] = true
+	}
+	assert.Equal(t, len(addresses), 2, "each Node has an internal address: %v", addresses)
+	assert.Assert(t, addresses[l.st.Machines[0].Name] != addresses[l.st.Machines[1].Name], "the machines share the address %v", addresses)
+
+	// Two replicas, one on each machine, and their Services.
+	labels := map[string]string{"app": "net"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "net", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](5),
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: corev1.LabelHostname,
+						}},
+					}},
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "workload", Image: "liken.sh/workload:1.0", ImagePullPolicy: corev1.PullNever,
+						Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 2},
+					}},
+				},
+			},
+		},
+	}
+	_, err = l.kube.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	port := []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}
+	svc, err := l.kube.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "net", Namespace: "default"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: port},
+	}, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	np, err := l.kube.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "net-nodeport", Namespace: "default"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: port, Type: corev1.ServiceTypeNodePort},
+	}, metav1.CreateOptions{})
+	assert.NilError(t, err)
+
+	pods := map[string]corev1.Pod{} // by machine
+	start := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		ps, err := l.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=net"})
+		if err != nil {
+			return poll.Continue("the pods: %v", err)
+		}
+		clear(pods)
+		for _, p := range ps.Items {
+			ready := false
+			for _, c := range p.Status.Conditions {
+				ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			}
+			if !ready {
+				return poll.Continue("pod %s on %q is %s, not ready", p.Name, p.Spec.NodeName, p.Status.Phase)
+			}
+			pods[p.Spec.NodeName] = p
+		}
+		if len(pods) != 2 {
+			return poll.Continue("ready pods on %d machines", len(pods))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Minute), poll.WithDelay(2*time.Second))
+	t.Logf("a replica ready on each machine %s after the Deployment", time.Since(start).Round(time.Second))
+
+	// get runs the workload's client in pod from and returns what url
+	// answers: the name of the pod that answered.
+	get := func(from corev1.Pod, url string) (string, error) {
+		out, err := controlplane.Kubectl(ctx, l.kubeconfig, "exec", "-n", "default", from.Name, "--", "/workload", "get", url)
+		return strings.TrimSpace(out), err
+	}
+	start = time.Now()
+	for machine, from := range pods {
+		// Each replica by its pod address: one on this machine, one
+		// across the segment.
+		for other, to := range pods {
+			got, err := get(from, fmt.Sprintf("http://%s:8080", to.Status.PodIP))
+			assert.NilError(t, err, "a pod on %s reaching the pod on %s at %s", machine, other, to.Status.PodIP)
+			assert.Equal(t, got, to.Name)
+		}
+		// The Service by its ClusterIP, until each replica answered.
+		answered := map[string]bool{}
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			got, err := get(from, fmt.Sprintf("http://%s", svc.Spec.ClusterIP))
+			if err != nil {
+				return poll.Continue("the Service's ClusterIP %s from %s: %v", svc.Spec.ClusterIP, machine, err)
+			}
+			answered[got] = true
+			if len(answered) < 2 {
+				return poll.Continue("replicas that answered at the ClusterIP from %s: %v", machine, answered)
+			}
+			return poll.Success()
+		}, poll.WithTimeout(2*time.Minute), poll.WithDelay(100*time.Millisecond))
+		// The NodePort on each machine's address.
+		for other, addr := range addresses {
+			url := fmt.Sprintf("http://%s:%d", addr, np.Spec.Ports[0].NodePort)
+			got, err := get(from, url)
+			assert.NilError(t, err, "the NodePort of %s (%s) from a pod on %s", other, url, machine)
+			assert.Assert(t, got == pods[l.st.Machines[0].Name].Name || got == pods[l.st.Machines[1].Name].Name, "the NodePort of %s answered %q", other, got)
+		}
+		// kubectl logs reaches the machine's kubelet.
+		_, err := controlplane.Kubectl(ctx, l.kubeconfig, "logs", "-n", "default", from.Name)
+		assert.NilError(t, err, "kubectl logs of the pod on %s", machine)
+	}
+	t.Logf("from a pod on each machine: both replicas by pod address, both through the ClusterIP, the NodePort on both machines, in %s", time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,154 @@
+// Package podroutes routes each other machine's pod range through that machine's address on the network the machines share, as flannel's host-gw backend and kind's kindnetd do.
+package podroutes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"liken.sh/liken/internal/worker"
+)
+
+// Protocol marks the routes the controller owns in the main routing
+// table (`ip route show proto 76` lists them); it changes no other route.
+const Protocol = 76
+
+// Route is one Node's pod range, reached through that Node's address.
+type Route struct {
+	// Dst is the pod range, Via the Node's internal address.
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
+
+// Desired is a route to each pod range of every Node but self, through
+// that Node's first internal address of the range's family. A Node with no
+// range yet (the controller manager has not given it one) or no address
+// (its kubelet has not reported) gets none until it has both.
+func Desired(self string, nodes []*corev1.Node) []Route {
+	var out []Route
+	for _, n := range nodes {
+		if n.Name == self {
+			continue
+		}
+		ranges := n.Spec.PodCIDRs
+		if len(ranges) == 0 && n.Spec.PodCIDR != "" {
+			ranges = []string{n.Spec.PodCIDR}
+		}
+		for _, cidr := range ranges {
+			dst, err := netip.ParsePrefix(cidr)
+			if err != nil {
+				continue
+			}
+			for _, a := range n.Status.Addresses {
+				via, err := netip.ParseAddr(a.Address)
+				if a.Type != corev1.NodeInternalIP || err != nil || via.Is4() != dst.Addr().Is4() {
+					continue
+				}
+				out = append(out, Route{Dst: dst.Masked(), Via: via})
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Route) int { return a.Dst.Addr().Compare(b.Dst.Addr()) })
+	return out
+}
+
+// Table is the machine's routing table, as far as the routes of Protocol.
+type Table interface {
+	// List returns the routes of Protocol.
+	List() ([]Route, error)
+	// Replace adds r, or changes the route to r.Dst to go through r.Via.
+	Replace(r Route) error
+	// Delete removes r.
+	Delete(r Route) error
+}
+
+// key is the queue's only key: every Node's change is one resync of the
+// whole table.
+const key = "routes"
+
+// Controller keeps the Table's routes of Protocol equal to Desired.
+type Controller struct {
+	self   string
+	nodes  corelisters.NodeLister
+	synced cache.DoneChecker
+	table  Table
+	resync time.Duration
+	queue  *worker.Queue
+}
+
+// New returns the controller of machine self's routes, fed by an informer
+// of every Node. Every resync it compares the table again, so that a route
+// someone else removed (a network reconfigured) comes back.
+func New(self string, informer coreinformers.NodeInformer, table Table, resync time.Duration) *Controller {
+	c := &Controller{self: self, nodes: informer.Lister(), synced: informer.Informer().HasSyncedChecker(), table: table, resync: resync}
+	c.queue = worker.New("podroutes", clock.RealClock{}, c.sync)
+	enqueue := func(any) { c.queue.Add(key) }
+	_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, DeleteFunc: enqueue,
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			if !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) || o.Spec.PodCIDR != n.Spec.PodCIDR || !slices.Equal(o.Status.Addresses, n.Status.Addresses) {
+				c.queue.Add(key)
+			}
+		},
+	})
+	return c
+}
+
+// Run keeps the routes until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	c.queue.Add(key)
+	return c.queue.Run(ctx, 1, c.synced)
+}
+
+// sync makes the table's routes of Protocol the desired ones: it replaces
+// the missing and changed ones and deletes those of Nodes that are gone,
+// and asks to run again after the resync.
+func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) {
+	log := klog.FromContext(ctx)
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	want := Desired(c.self, nodes)
+	have, err := c.table.List()
+	if err != nil {
+		return 0, fmt.Errorf("reading the routing table: %w", err)
+	}
+	var errs []error
+	for _, r := range want {
+		if slices.Contains(have, r) {
+			continue
+		}
+		if err := c.table.Replace(r); err != nil {
+			errs = append(errs, fmt.Errorf("routing pod range %s through %s: %w; that machine's address must be on a network this machine is on (liken routes pod ranges directly, between machines of one segment)", r.Dst, r.Via, err))
+			continue
+		}
+		log.Info("Routed another machine's pod range", "range", r.Dst, "via", r.Via)
+	}
+	for _, r := range have {
+		if slices.ContainsFunc(want, func(w Route) bool { return w.Dst == r.Dst }) {
+			continue
+		}
+		if err := c.table.Delete(r); err != nil {
+			errs = append(errs, fmt.Errorf("removing the route %s of a pod range no Node has: %w", r, err))
+			continue
+		}
+		log.Info("Removed the route of a pod range no Node has", "range", r.Dst, "via", r.Via)
+	}
+	return c.resync, errors.Join(errs...)
+}
