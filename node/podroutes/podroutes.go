@@ -10,10 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -76,6 +78,10 @@ type Table interface {
 	Delete(r Route) error
 }
 
+// ReasonPodRouteFailed is the reason of the Warning event on this
+// machine's Node when a pod range of another machine cannot be routed.
+const ReasonPodRouteFailed = "PodRouteFailed"
+
 // key is the queue's only key: every Node's change is one resync of the
 // whole table.
 const key = "routes"
@@ -88,13 +94,18 @@ type Controller struct {
 	table  Table
 	resync time.Duration
 	queue  *worker.Queue
+	events events.EventRecorder
+	// failed is the last failure an event told; the same one again is
+	// not told again.
+	failed string
 }
 
 // New returns the controller of machine self's routes, fed by an informer
-// of every Node. Every resync it compares the table again, so that a route
-// someone else removed (a network reconfigured) comes back.
-func New(self string, informer coreinformers.NodeInformer, table Table, resync time.Duration) *Controller {
-	c := &Controller{self: self, nodes: informer.Lister(), synced: informer.Informer().HasSyncedChecker(), table: table, resync: resync}
+// of every Node; a failure is an event on self's Node. Every resync it
+// compares the table again, so that a route someone else removed (a
+// network reconfigured) comes back.
+func New(self string, informer coreinformers.NodeInformer, table Table, recorder events.EventRecorder, resync time.Duration) *Controller {
+	c := &Controller{self: self, nodes: informer.Lister(), synced: informer.Informer().HasSyncedChecker(), table: table, resync: resync, events: recorder}
 	c.queue = worker.New("podroutes", clock.RealClock{}, c.sync)
 	enqueue := func(any) { c.queue.Add(key) }
 	_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -150,5 +161,15 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 		}
 		log.Info("Removed the route of a pod range no Node has", "range", r.Dst, "via", r.Via)
 	}
-	return c.resync, errors.Join(errs...)
+	err = errors.Join(errs...)
+	if err != nil && err.Error() != c.failed {
+		c.events.Eventf(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.self}}, nil, corev1.EventTypeWarning, ReasonPodRouteFailed, "Route",
+			"Pods of this machine cannot reach some pods of other machines: %v", err)
+	}
+	if err == nil {
+		c.failed = ""
+	} else {
+		c.failed = err.Error()
+	}
+	return c.resync, err
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
 )
 
 var (
@@ -103,13 +104,19 @@ func TestSync(t *testing.T) {
 	)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	table := &fakeTable{unreachable: netip.MustParseAddr("192.0.2.7"), routes: []Route{route("10.244.1.0/24", "10.77.0.99")}}
-	c := New("self", factory.Core().V1().Nodes(), table, time.Minute)
+	recorder := events.NewFakeRecorder(10)
+	c := New("self", factory.Core().V1().Nodes(), table, recorder, time.Minute)
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 
 	_, err := c.sync(ctx, key)
 	assert.ErrorContains(t, err, "routing pod range 10.244.3.0/24 through 192.0.2.7: network is unreachable; that machine's address must be on a network this machine is on")
 	assert.DeepEqual(t, table.routes, []Route{route("10.244.1.0/24", "10.77.0.12"), route("10.244.9.0/24", "10.77.0.19")}, cmpRoutes)
+	// The Node tells whoever reads its events, once for the same failure.
+	assert.Equal(t, <-recorder.Events, "Warning PodRouteFailed Pods of this machine cannot reach some pods of other machines: "+err.Error())
+	_, err = c.sync(ctx, key)
+	assert.Assert(t, err != nil)
+	assert.Equal(t, len(recorder.Events), 0, "the same failure told twice")
 
 	assert.NilError(t, kube.CoreV1().Nodes().Delete(ctx, "gone", metav1.DeleteOptions{}))
 	assert.NilError(t, kube.CoreV1().Nodes().Delete(ctx, "far", metav1.DeleteOptions{}))

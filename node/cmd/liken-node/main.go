@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"liken.sh/liken/generated/clientset/versioned"
@@ -180,7 +182,13 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		o.Applier, o.Observer = a, a
 		// Pods reach the pods of every other machine on the segment.
 		nodes := informers.NewSharedInformerFactory(kube, 0)
-		routes := podroutes.New(f.machine, nodes.Core().V1().Nodes(), podroutes.Netlink{}, podRoutesResync)
+		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+		if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+			return fmt.Errorf("starting the pod routes' event recorder: %w", err)
+		}
+		defer broadcaster.Shutdown()
+		routes := podroutes.New(f.machine, nodes.Core().V1().Nodes(), podroutes.Netlink{},
+			broadcaster.NewRecorder(scheme.Scheme, daemon.FieldManager), podRoutesResync)
 		nodes.Start(ctx.Done())
 		go func() {
 			if err := routes.Run(ctx); err != nil {
