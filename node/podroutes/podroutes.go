@@ -1,4 +1,4 @@
-// Package podroutes routes each other machine's pod range through that machine's address on the network the machines share, as flannel's host-gw backend and kind's kindnetd do.
+// Package podroutes routes each other machine's pod range through that machine's address: directly on the network the machines share, as flannel's host-gw backend and kind's kindnetd do, and through a VXLAN tunnel to a machine on another network, as flannel's vxlan backend does.
 package podroutes
 
 import (
@@ -31,15 +31,34 @@ type Route struct {
 	// Dst is the pod range, Via the Node's internal address.
 	Dst netip.Prefix
 	Via netip.Addr
+	// Tunnel: Via is not on a network this machine is on, and the range
+	// is reached through the VXLAN tunnel to Via (IPv4 only).
+	Tunnel bool
 }
 
-func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
+func (r Route) String() string {
+	if r.Tunnel {
+		return r.Dst.String() + " through the tunnel to " + r.Via.String()
+	}
+	return r.Dst.String() + " via " + r.Via.String()
+}
+
+// Endpoint is this machine's end of the VXLAN tunnel: the first address
+// of its own pod range, which the others route its range through, and its
+// Node's address, which they send the tunnel's packets to.
+type Endpoint struct {
+	Addr, Node netip.Addr
+}
 
 // Desired is a route to each pod range of every Node but self, through
-// that Node's first internal address of the range's family. A Node with no
-// range yet (the controller manager has not given it one) or no address
-// (its kubelet has not reported) gets none until it has both.
-func Desired(self string, nodes []*corev1.Node) []Route {
+// that Node's first internal address of the range's family: directly when
+// onLink says the address is on a network of this machine's, through the
+// tunnel otherwise (an IPv4 range; an IPv6 one is routed directly, which
+// fails off the segment). A Node with no range yet (the controller manager
+// has not given it one) or no address (its kubelet has not reported) gets
+// none until it has both. The Endpoint is self's, when a route needs the
+// tunnel and self has an IPv4 range and address.
+func Desired(self string, nodes []*corev1.Node, onLink func(netip.Addr) bool) ([]Route, *Endpoint) {
 	var out []Route
 	for _, n := range nodes {
 		if n.Name == self {
@@ -59,16 +78,53 @@ func Desired(self string, nodes []*corev1.Node) []Route {
 				if a.Type != corev1.NodeInternalIP || err != nil || via.Is4() != dst.Addr().Is4() {
 					continue
 				}
-				out = append(out, Route{Dst: dst.Masked(), Via: via})
+				out = append(out, Route{Dst: dst.Masked(), Via: via, Tunnel: via.Is4() && !onLink(via)})
 				break
 			}
 		}
 	}
 	slices.SortFunc(out, func(a, b Route) int { return a.Dst.Addr().Compare(b.Dst.Addr()) })
-	return out
+	if !slices.ContainsFunc(out, func(r Route) bool { return r.Tunnel }) {
+		return out, nil
+	}
+	var ep *Endpoint
+	for _, n := range nodes {
+		if n.Name != self {
+			continue
+		}
+		if r, via, ok := first4(n); ok {
+			ep = &Endpoint{Addr: r.Masked().Addr(), Node: via}
+		}
+	}
+	if ep == nil {
+		// Without its own end, this machine cannot use the tunnel.
+		out = slices.DeleteFunc(out, func(r Route) bool { return r.Tunnel })
+	}
+	return out, ep
 }
 
-// Table is the machine's routing table, as far as the routes of Protocol.
+// first4 is a Node's IPv4 pod range and internal address.
+func first4(n *corev1.Node) (netip.Prefix, netip.Addr, bool) {
+	ranges := n.Spec.PodCIDRs
+	if len(ranges) == 0 && n.Spec.PodCIDR != "" {
+		ranges = []string{n.Spec.PodCIDR}
+	}
+	for _, cidr := range ranges {
+		p, err := netip.ParsePrefix(cidr)
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if via, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil && via.Is4() {
+				return p, via, true
+			}
+		}
+	}
+	return netip.Prefix{}, netip.Addr{}, false
+}
+
+// Table is the machine's routing table, as far as the routes of Protocol,
+// and its end of the tunnel.
 type Table interface {
 	// List returns the routes of Protocol.
 	List() ([]Route, error)
@@ -76,6 +132,12 @@ type Table interface {
 	Replace(r Route) error
 	// Delete removes r.
 	Delete(r Route) error
+	// OnLink says whether a is on a network this machine is on (the
+	// kernel reaches it without a gateway).
+	OnLink(a netip.Addr) bool
+	// Tunnel makes the tunnel's port exist with this machine's end, or
+	// removes it when ep is nil.
+	Tunnel(ep *Endpoint) error
 }
 
 // ReasonPodRouteFailed is the reason of the Warning event on this
@@ -135,21 +197,27 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 	if err != nil {
 		return 0, err
 	}
-	want := Desired(c.self, nodes)
+	want, ep := Desired(c.self, nodes, c.table.OnLink)
+	var errs []error
+	if ep != nil {
+		if err := c.table.Tunnel(ep); err != nil {
+			errs = append(errs, fmt.Errorf("making this machine's end of the tunnel (%s, %s): %w", ep.Addr, ep.Node, err))
+			want = slices.DeleteFunc(want, func(r Route) bool { return r.Tunnel })
+		}
+	}
 	have, err := c.table.List()
 	if err != nil {
 		return 0, fmt.Errorf("reading the routing table: %w", err)
 	}
-	var errs []error
 	for _, r := range want {
 		if slices.Contains(have, r) {
 			continue
 		}
 		if err := c.table.Replace(r); err != nil {
-			errs = append(errs, fmt.Errorf("routing pod range %s through %s: %w; that machine's address must be on a network this machine is on (liken routes pod ranges directly, between machines of one segment)", r.Dst, r.Via, err))
+			errs = append(errs, fmt.Errorf("routing pod range %s: %w; that machine's address must be reachable from this machine", r, err))
 			continue
 		}
-		log.Info("Routed another machine's pod range", "range", r.Dst, "via", r.Via)
+		log.Info("Routed another machine's pod range", "range", r.Dst, "via", r.Via, "tunnel", r.Tunnel)
 	}
 	for _, r := range have {
 		if slices.ContainsFunc(want, func(w Route) bool { return w.Dst == r.Dst }) {
@@ -160,6 +228,12 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 			continue
 		}
 		log.Info("Removed the route of a pod range no Node has", "range", r.Dst, "via", r.Via)
+	}
+	if ep == nil {
+		// No route needs the tunnel: its port goes, if there is one.
+		if err := c.table.Tunnel(nil); err != nil {
+			errs = append(errs, fmt.Errorf("removing the tunnel's port no route needs: %w", err))
+		}
 	}
 	err = errors.Join(errs...)
 	if err != nil && err.Error() != c.failed {

@@ -14,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 )
 
@@ -63,15 +65,57 @@ func TestDesired(t *testing.T) {
 		}}, []Route{route("10.244.1.0/24", "10.77.0.12"), route("fd00:10:244:1::/64", "fd00::12")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.DeepEqual(t, Desired("self", tc.nodes), tc.want, cmpRoutes)
+			got, ep := Desired("self", tc.nodes, segment)
+			assert.DeepEqual(t, got, tc.want, cmpRoutes)
+			assert.Check(t, ep == nil, "no route needs the tunnel")
 		})
 	}
+}
+
+// segment is the machines' network, 10.77.0.0/24: addresses on it are
+// on link.
+func segment(a netip.Addr) bool { return netip.MustParsePrefix("10.77.0.0/24").Contains(a) }
+
+func tunnel(dst, via string) Route {
+	r := route(dst, via)
+	r.Tunnel = true
+	return r
+}
+
+// TestDesiredThroughTheTunnel: a machine on another network is reached
+// through the tunnel, whose end on this machine is its range's first
+// address and its own address; an IPv6 range never is; without its own
+// range this machine cannot use the tunnel and routes only the segment.
+func TestDesiredThroughTheTunnel(t *testing.T) {
+	nodes := []*corev1.Node{
+		node("self", "10.244.0.0/24", internal("10.77.0.11")),
+		node("near", "10.244.1.0/24", internal("10.77.0.12")),
+		node("far", "10.244.2.0/24", internal("192.0.2.7")),
+		node("far6", "fd00:10:244:3::/64", internal("fd00::7")),
+	}
+	got, ep := Desired("self", nodes, segment)
+	assert.DeepEqual(t, got, []Route{route("10.244.1.0/24", "10.77.0.12"), tunnel("10.244.2.0/24", "192.0.2.7"), route("fd00:10:244:3::/64", "fd00::7")}, cmpRoutes)
+	assert.Assert(t, ep != nil)
+	assert.Equal(t, *ep, Endpoint{Addr: netip.MustParseAddr("10.244.0.0"), Node: netip.MustParseAddr("10.77.0.11")})
+
+	nodes[0] = node("self", "", internal("10.77.0.11"))
+	got, ep = Desired("self", nodes, segment)
+	assert.DeepEqual(t, got, []Route{route("10.244.1.0/24", "10.77.0.12"), route("fd00:10:244:3::/64", "fd00::7")}, cmpRoutes)
+	assert.Check(t, ep == nil)
 }
 
 // fakeTable is a routing table that refuses a route through unreachable.
 type fakeTable struct {
 	routes      []Route
 	unreachable netip.Addr
+	tunnel      *Endpoint
+}
+
+func (f *fakeTable) OnLink(a netip.Addr) bool { return segment(a) }
+
+func (f *fakeTable) Tunnel(ep *Endpoint) error {
+	f.tunnel = ep
+	return nil
 }
 
 func (f *fakeTable) List() ([]Route, error) { return slices.Clone(f.routes), nil }
@@ -92,8 +136,9 @@ func (f *fakeTable) Delete(r Route) error {
 
 // TestSync: the table follows the Nodes: a machine that joins gets its
 // route, one whose address changed gets it changed, one that leaves loses
-// it; a machine that cannot be reached directly is named in the error and
-// the others are routed anyway.
+// it; a machine off the segment is routed through the tunnel, and one the
+// kernel cannot reach is named in the error while the others are routed
+// anyway.
 func TestSync(t *testing.T) {
 	ctx := context.Background()
 	kube := fake.NewClientset(
@@ -102,15 +147,25 @@ func TestSync(t *testing.T) {
 		node("gone", "10.244.9.0/24", internal("10.77.0.19")),
 		node("far", "10.244.3.0/24", internal("192.0.2.7")),
 	)
+	// The informer's watch is set up before the test deletes Nodes: the
+	// fake clientset gives a watch no event from before it started.
+	watching := make(chan struct{})
+	kube.PrependWatchReactor("nodes", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := kube.Tracker().Watch(action.GetResource(), action.GetNamespace())
+		close(watching)
+		return true, w, err
+	})
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	table := &fakeTable{unreachable: netip.MustParseAddr("192.0.2.7"), routes: []Route{route("10.244.1.0/24", "10.77.0.99")}}
 	recorder := events.NewFakeRecorder(10)
 	c := New("self", factory.Core().V1().Nodes(), table, recorder, time.Minute)
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	<-watching
 
 	_, err := c.sync(ctx, key)
-	assert.ErrorContains(t, err, "routing pod range 10.244.3.0/24 through 192.0.2.7: network is unreachable; that machine's address must be on a network this machine is on")
+	assert.ErrorContains(t, err, "routing pod range 10.244.3.0/24 through the tunnel to 192.0.2.7: network is unreachable; that machine's address must be reachable from this machine")
+	assert.Check(t, table.tunnel != nil && *table.tunnel == Endpoint{Addr: netip.MustParseAddr("10.244.0.0"), Node: netip.MustParseAddr("10.77.0.11")}, "the tunnel's end for the machine off the segment: %v", table.tunnel)
 	assert.DeepEqual(t, table.routes, []Route{route("10.244.1.0/24", "10.77.0.12"), route("10.244.9.0/24", "10.77.0.19")}, cmpRoutes)
 	// The Node tells whoever reads its events, once for the same failure.
 	assert.Equal(t, <-recorder.Events, "Warning PodRouteFailed Pods of this machine cannot reach some pods of other machines: "+err.Error())
@@ -130,4 +185,5 @@ func TestSync(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, after, time.Minute, "the table is compared again after the resync")
 	assert.DeepEqual(t, table.routes, []Route{route("10.244.1.0/24", "10.77.0.12")}, cmpRoutes)
+	assert.Check(t, table.tunnel == nil, "the tunnel's port goes with the last machine off the segment")
 }

@@ -180,7 +180,8 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 	case "os":
 		a := &changes.OS{Root: "/"}
 		o.Applier, o.Observer = a, a
-		// Pods reach the pods of every other machine on the segment.
+		// Pods reach the pods of every other machine: directly on the
+		// segment, through the tunnel to other subnets.
 		nodes := informers.NewSharedInformerFactory(kube, 0)
 		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
 		if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
