@@ -15,5 +15,6 @@ go vet ./...
 # test-vm and make test-vm-leaders, and the image's kube without kwok.
 go vet -tags vmfaults,vmleaders ./e2e/vm/
 (cd hack/kube && go vet . && go vet -tags nokwok .)
+(cd hack/coredns && go vet .)
 hack/verify-deps.sh
 hack/verify-codegen.sh

@@ -316,7 +316,7 @@ func checkLeaderDir(t *testing.T, disk string, p diskimage.Partition, l *layer.L
 	cfg, err := controlplane.Load(filepath.Join(local, controlplane.ConfigFile))
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(cfg, controlplane.Config{
-		Machine: "node-1", Endpoint: "https://10.0.0.10:6443", ServiceCIDR: "10.96.0.0/16", PodCIDR: "10.244.0.0/16", FirstLeader: "node-1",
+		Machine: "node-1", Endpoint: "https://10.0.0.10:6443", ServiceCIDR: "10.96.0.0/16", PodCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10", FirstLeader: "node-1",
 		Leaders: []controlplane.Leader{{Name: "node-1", APIServer: "https://10.0.0.11:6443", EtcdClient: "https://10.0.0.11:2379", EtcdPeer: "https://10.0.0.11:2380"}},
 	}))
 	for _, name := range layer.IdentityFiles() {

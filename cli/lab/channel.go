@@ -31,10 +31,10 @@ func channelRate() int64 {
 // sharing a directory, with HTTP Range support (net/http's file server)
 // and a rate limit.
 func newChannelCommand() *cobra.Command {
-	var dir, portFile string
+	var dir, portFile, certFile, keyFile string
 	cmd := &cobra.Command{
-		Use:    "serve-channel --dir DIR --port-file FILE",
-		Short:  "Serve a release channel directory over HTTP on loopback (started by liken lab up)",
+		Use:    "serve-channel --dir DIR --port-file FILE [--tls-cert FILE --tls-key FILE]",
+		Short:  "Serve a release channel directory over HTTP(S) on loopback (started by liken lab up)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -56,7 +56,11 @@ func newChannelCommand() *cobra.Command {
 				defer cancel()
 				_ = srv.Shutdown(ctx)
 			}()
-			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			serve := func() error { return srv.Serve(l) }
+			if certFile != "" {
+				serve = func() error { return srv.ServeTLS(l, certFile, keyFile) }
+			}
+			if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
@@ -64,6 +68,9 @@ func newChannelCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the channel directory")
 	cmd.Flags().StringVar(&portFile, "port-file", "", "where to write the chosen port")
+	cmd.Flags().StringVar(&certFile, "tls-cert", "", "serve https with this certificate (PEM)")
+	cmd.Flags().StringVar(&keyFile, "tls-key", "", "the certificate's private key (PEM)")
+	cmd.MarkFlagsRequiredTogether("tls-cert", "tls-key")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagRequired("port-file")
 	return cmd

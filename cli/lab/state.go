@@ -26,6 +26,8 @@ const (
 	// KindSegment is the VM lab's network segment: the switch between
 	// the machines' second ports (liken lab serve-segment).
 	KindSegment = "segment"
+	// KindNames is the VM lab's name server (liken lab serve-dns).
+	KindNames = "dns"
 )
 
 // State is what a running lab records in <lab dir>/lab.json; `liken lab

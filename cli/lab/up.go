@@ -264,7 +264,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 
 	// The fleet's documents, packed into each machine's deployment layer and
 	// applied to the cluster.
-	docsFile, _, l, err := packLayer(dir, id, fleetDocuments(o, cp.Server, st.Channel, version, digest, nil))
+	docsFile, _, l, err := packLayer(dir, id, fleetDocuments(o, cp.Server, st.Channel, version, digest, nil, ""))
 	if err != nil {
 		return err
 	}
@@ -397,14 +397,19 @@ func writeManifests(dir string, leave ...string) (string, error) {
 }
 
 // startChannel starts the lab's release channel server on a free loopback
-// port, records it in st, and returns the port.
-func startChannel(ctx context.Context, st *State, bins binaries) (int, error) {
+// port, records it in st, and returns the port. With a certificate and its
+// key (the VM lab's), it serves https, and st records the URL by the
+// name the machines read it at (ChannelName).
+func startChannel(ctx context.Context, st *State, bins binaries, tls ...string) (int, error) {
 	if err := os.MkdirAll(st.ChannelDir, 0o755); err != nil {
 		return 0, err
 	}
 	portFile := filepath.Join(st.Dir, "channel.port")
-	ch, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-channel", "--dir", st.ChannelDir, "--port-file", portFile},
-		filepath.Join(st.Dir, "channel.log"), true)
+	args := []string{"lab", "serve-channel", "--dir", st.ChannelDir, "--port-file", portFile}
+	if len(tls) == 2 {
+		args = append(args, "--tls-cert", tls[0], "--tls-key", tls[1])
+	}
+	ch, err := controlplane.StartProcess(bins.liken, args, filepath.Join(st.Dir, "channel.log"), true)
 	if err != nil {
 		return 0, err
 	}
@@ -415,6 +420,9 @@ func startChannel(ctx context.Context, st *State, bins binaries) (int, error) {
 		return 0, err
 	}
 	st.Channel = fmt.Sprintf("http://127.0.0.1:%d", port)
+	if len(tls) == 2 {
+		st.Channel = fmt.Sprintf("https://%s:%d", ChannelName, port)
+	}
 	return port, nil
 }
 
@@ -448,7 +456,7 @@ func packLayer(dir string, id *layer.Identity, docs string) (docsFile, layerFile
 // that the lab's failures show within a minute or two. reach holds the
 // annotations block of each leader the VM lab forwards ports to; nil in
 // the process lab.
-func fleetDocuments(o upOptions, endpoint, channel, version, digest string, reach map[string]string) string {
+func fleetDocuments(o upOptions, endpoint, channel, version, digest string, reach map[string]string, settings string) string {
 	// A virtual machine under emulation takes a minute or more to boot,
 	// more when several share this computer's cores.
 	trial, stall := "45s", "5m"
@@ -473,12 +481,12 @@ spec:
     podCIDR: %s
     serviceCIDR: %s
     clusterDNS: 10.96.0.10
-  disruption:
+%s  disruption:
     maxUnavailable: 1
     drainTimeout: 1m
     trialTimeout: %s
     stallTimeout: %s
-`, o.name, version, channel, version, digest, endpoint, v1.DefaultPodCIDR, v1.DefaultServiceCIDR, trial, stall)
+`, o.name, version, channel, version, digest, endpoint, v1.DefaultPodCIDR, v1.DefaultServiceCIDR, settings, trial, stall)
 	for i, n := range machineNames(o.machines) {
 		fmt.Fprintf(&b, "---\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: %s\n", n)
 		if a, ok := reach[n]; ok {

@@ -9,6 +9,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/internal/trust"
 )
 
 // TestStartupGraceArgs: LIKEN_LAB_STARTUP_GRACE becomes the operator's
@@ -55,6 +56,12 @@ func TestFleetDocumentsPack(t *testing.T) {
 			// The VM lab's leaders are reached through this computer at
 			// their forwarded ports, when there are several.
 			var reach map[string]string
+			settings := ""
+			if o.vm {
+				caPEM, _, _, err := channelCertificate(t.TempDir())
+				assert.NilError(t, err)
+				settings = vmSettings(5353, caPEM)
+			}
 			if o.vm && o.leaders > 1 {
 				reach = map[string]string{}
 				for i, n := range machineNames(o.leaders) {
@@ -62,11 +69,16 @@ func TestFleetDocumentsPack(t *testing.T) {
 				}
 			}
 			docs := fleetDocuments(o, "https://10.0.2.2:7443", "http://10.0.2.2:8080", "2026.10.10-001",
-				"sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f", reach)
+				"sha256:5f2b8c1e0d9a7b3c4e6f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f", reach, settings)
 			parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
 			assert.Assert(t, is.Len(errs, 0), "%v", errs)
 			cluster, machines, errs := layer.CheckFleet(parsed)
 			assert.Assert(t, is.Len(errs, 0), "%v", errs)
+			if o.vm {
+				assert.Check(t, is.DeepEqual(cluster.Cluster.Spec.Settings.DNSServers, []string{"10.0.2.2:5353"}))
+				_, err := trust.Pool(cluster.Cluster.Spec.Settings.CABundle)
+				assert.Check(t, err, "the lab's CA bundle")
+			}
 			l := &layer.Layer{Cluster: cluster, Machines: machines}
 			for _, n := range machineNames(o.leaders) {
 				cfg, err := l.ControlPlaneConfig(n)

@@ -87,7 +87,18 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 		}
 	}()
 
-	chPort, err := startChannel(ctx, st, bins)
+	// The machines read the channel over https by name, as a fleet would:
+	// the lab's name server answers its name, and the Cluster trusts the
+	// lab's own CA (settings.caBundle).
+	caPEM, certFile, keyFile, err := channelCertificate(dir)
+	if err != nil {
+		return err
+	}
+	chPort, err := startChannel(ctx, st, bins, certFile, keyFile)
+	if err != nil {
+		return err
+	}
+	dnsPort, err := startNames(ctx, st, bins, ChannelName+"="+qemu.HostAddress)
 	if err != nil {
 		return err
 	}
@@ -130,8 +141,8 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	// The fleet's documents and its deployment layer; the machines reach
 	// the endpoint and the channel through QEMU's address of this computer.
 	endpoint := fmt.Sprintf("%s:%d", qemu.HostAddress, epPort)
-	source := fmt.Sprintf("http://%s:%d", qemu.HostAddress, chPort)
-	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach))
+	source := fmt.Sprintf("https://%s:%d", ChannelName, chPort)
+	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, vmSettings(dnsPort, caPEM)))
 	if err != nil {
 		return err
 	}
@@ -330,4 +341,54 @@ func applyFleet(ctx context.Context, st *State, o upOptions, docsFile string, gr
 		}
 	}
 	return retry("applying the fleet's documents", "apply", "-f", docsFile)
+}
+
+// channelCertificate makes the lab's channel CA and the channel's
+// certificate for ChannelName (and 127.0.0.1, for this computer), written
+// in dir, and returns the CA's certificate and the files' paths.
+func channelCertificate(dir string) (caPEM []byte, certFile, keyFile string, err error) {
+	now := time.Now()
+	ca, err := pki.NewCA("liken lab channel CA", now, 365*24*time.Hour)
+	if err != nil {
+		return nil, "", "", err
+	}
+	leaf, err := ca.Issue(pki.Request{CommonName: ChannelName, DNSNames: []string{ChannelName}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		Usage: pki.ServerAuth, Now: now, Validity: 365 * 24 * time.Hour})
+	if err != nil {
+		return nil, "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "channel.crt"), filepath.Join(dir, "channel.key")
+	if err := leaf.Write(certFile, keyFile); err != nil {
+		return nil, "", "", err
+	}
+	return ca.CertPEM(), certFile, keyFile, os.WriteFile(filepath.Join(dir, "channel-ca.crt"), ca.CertPEM(), 0o644)
+}
+
+// startNames starts the lab's name server with the given NAME=ADDRESS
+// pairs and returns its loopback UDP port.
+func startNames(ctx context.Context, st *State, bins binaries, pairs ...string) (int, error) {
+	portFile := filepath.Join(st.Dir, "dns.port")
+	args := []string{"lab", "serve-dns", "--port-file", portFile}
+	for _, p := range pairs {
+		args = append(args, "--name", p)
+	}
+	p, err := controlplane.StartProcess(bins.liken, args, filepath.Join(st.Dir, "dns.log"), true)
+	if err != nil {
+		return 0, err
+	}
+	p.Kind, p.Name = KindNames, "dns"
+	st.Processes = append(st.Processes, *p)
+	return waitPort(ctx, "the lab's name server", portFile, p.PID)
+}
+
+// vmSettings is the VM lab's Cluster spec.settings block: the lab's name
+// server, which QEMU's user network reaches on this computer's loopback,
+// and the lab's channel CA.
+func vmSettings(dnsPort int, caPEM []byte) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  settings:\n    dnsServers: [\"%s:%d\"]\n    caBundle: |\n", qemu.HostAddress, dnsPort)
+	for _, l := range strings.Split(strings.TrimSpace(string(caPEM)), "\n") {
+		b.WriteString("      " + l + "\n")
+	}
+	return b.String()
 }

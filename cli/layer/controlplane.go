@@ -115,6 +115,8 @@ func deriveConfig(cluster *v1alpha1.Cluster, machines []*v1alpha1.Machine, machi
 		ServiceCIDR: cluster.Spec.Network.ServiceCIDROrDefault(),
 		PodCIDR:     cluster.Spec.Network.PodCIDROrDefault(),
 	}
+	// An error leaves it empty, for Validate to name.
+	cfg.ClusterDNS, _ = cluster.Spec.Network.ClusterDNSOrDefault()
 	if len(leaders) > 0 {
 		cfg.FirstLeader = leaders[0].Name
 	}

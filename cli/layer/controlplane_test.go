@@ -106,7 +106,7 @@ func TestLeaderConfig(t *testing.T) {
 			},
 			machine: "node-2",
 			want: controlplane.Config{
-				Machine: "node-2", Endpoint: "https://10.0.0.10:6443", ServiceCIDR: "10.43.0.0/16", PodCIDR: "10.42.0.0/16", FirstLeader: "node-1",
+				Machine: "node-2", Endpoint: "https://10.0.0.10:6443", ServiceCIDR: "10.43.0.0/16", PodCIDR: "10.42.0.0/16", ClusterDNS: "10.43.0.10", FirstLeader: "node-1",
 				Leaders: []controlplane.Leader{
 					{Name: "node-1", APIServer: "https://10.0.0.11:6443", EtcdClient: "https://10.0.0.11:2379", EtcdPeer: "https://10.0.0.11:2380"},
 					{Name: "node-2", APIServer: "https://10.0.0.12:6443", EtcdClient: "https://10.0.0.12:2379", EtcdPeer: "https://10.0.0.12:2380"},
@@ -123,7 +123,7 @@ func TestLeaderConfig(t *testing.T) {
 			},
 			machine: "a",
 			want: controlplane.Config{
-				Machine: "a", Endpoint: "https://10.0.2.2:7443", ServiceCIDR: likenv1.DefaultServiceCIDR, PodCIDR: likenv1.DefaultPodCIDR, FirstLeader: "a",
+				Machine: "a", Endpoint: "https://10.0.2.2:7443", ServiceCIDR: likenv1.DefaultServiceCIDR, PodCIDR: likenv1.DefaultPodCIDR, ClusterDNS: "10.96.0.10", FirstLeader: "a",
 				Leaders: []controlplane.Leader{
 					{Name: "a", APIServer: "https://10.0.2.2:16443", EtcdClient: "https://10.0.2.2:12379", EtcdPeer: "https://10.0.2.2:12380"},
 					{Name: "b", APIServer: "https://lb.example.com:16444", EtcdClient: "https://10.0.0.12:2379", EtcdPeer: "https://10.0.0.12:2380"},
@@ -136,7 +136,7 @@ func TestLeaderConfig(t *testing.T) {
 			machines: []*Document{leaderDoc(t, "solo", "Leader", nil), leaderDoc(t, "w", "Worker", nil)},
 			machine:  "solo",
 			want: controlplane.Config{
-				Machine: "solo", Endpoint: "https://api.example.com:443", ServiceCIDR: "10.96.0.0/16", PodCIDR: likenv1.DefaultPodCIDR, FirstLeader: "solo",
+				Machine: "solo", Endpoint: "https://api.example.com:443", ServiceCIDR: "10.96.0.0/16", PodCIDR: likenv1.DefaultPodCIDR, ClusterDNS: "10.96.0.10", FirstLeader: "solo",
 				Leaders: []controlplane.Leader{{Name: "solo", APIServer: "https://127.0.0.1:6443", EtcdClient: "https://127.0.0.1:2379", EtcdPeer: "https://127.0.0.1:2380"}},
 			},
 		},
@@ -146,7 +146,7 @@ func TestLeaderConfig(t *testing.T) {
 			machines: []*Document{leaderDoc(t, "v6", "Leader", []string{"fd00::11/64"})},
 			machine:  "v6",
 			want: controlplane.Config{
-				Machine: "v6", Endpoint: "https://[fd00::10]:6443", ServiceCIDR: "10.96.0.0/16", PodCIDR: likenv1.DefaultPodCIDR, FirstLeader: "v6",
+				Machine: "v6", Endpoint: "https://[fd00::10]:6443", ServiceCIDR: "10.96.0.0/16", PodCIDR: likenv1.DefaultPodCIDR, ClusterDNS: "10.96.0.10", FirstLeader: "v6",
 				Leaders: []controlplane.Leader{{Name: "v6", APIServer: "https://[fd00::11]:6443", EtcdClient: "https://[fd00::11]:2379", EtcdPeer: "https://[fd00::11]:2380"}},
 			},
 		},

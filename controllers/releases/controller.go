@@ -30,6 +30,7 @@ import (
 	"liken.sh/liken/controllers/internal/metrics"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/trust"
 	"liken.sh/liken/internal/worker"
 	"liken.sh/liken/release"
 )
@@ -43,6 +44,9 @@ const (
 	ReasonChannelRead = "ChannelRead"
 	// ReasonInvalidSource: spec.releases.source is not an http(s) URL.
 	ReasonInvalidSource = "InvalidSource"
+	// ReasonInvalidCABundle: spec.settings.caBundle, which the channel is
+	// read trusting, holds something that is not a certificate.
+	ReasonInvalidCABundle = "InvalidCABundle"
 	// ReasonChannelUnreachable: the web server did not answer, or answered
 	// anything but 200.
 	ReasonChannelUnreachable = "ChannelUnreachable"
@@ -170,7 +174,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		}
 	}
 
-	res := c.read(ctx, cl.Spec.Releases.Source)
+	res := c.read(ctx, cl.Spec.Releases.Source, cl.Spec.Settings.CABundle)
 	res.compare(cl.Spec.Releases.Catalog)
 	c.cfg.Metrics.ChannelReads.WithLabelValues(cl.Name, res.reason).Inc()
 	prev := cl.Status.Releases
@@ -281,7 +285,7 @@ func apply(cl *likenv1.Cluster, res readResult, request string, now time.Time) {
 
 // read fetches and validates <source>/index.yaml, reading at most
 // MaxBytes.
-func (c *Controller) read(ctx context.Context, source string) readResult {
+func (c *Controller) read(ctx context.Context, source, caBundle string) readResult {
 	fail := func(reason string, err error, format string, args ...any) readResult {
 		return readResult{reason: reason, err: err, message: fmt.Sprintf(format, args...) +
 			" Rollouts are not affected. cluster-operator reads the channel again after min(pollInterval, " +
@@ -299,7 +303,21 @@ func (c *Controller) read(ctx context.Context, source string) readResult {
 	if err != nil {
 		return fail(ReasonInvalidSource, err, "Cannot build a request for %s: %v.", index, err)
 	}
-	resp, err := c.cfg.HTTP.Do(req)
+	client := c.cfg.HTTP
+	if caBundle != "" {
+		// The Cluster's private CAs, besides the public ones of the
+		// operator's image.
+		base, _ := client.Transport.(*http.Transport)
+		tr, err := trust.WithBundle(base, caBundle)
+		if err != nil {
+			return fail(ReasonInvalidCABundle, err, "Cannot read %s trusting spec.settings.caBundle: %v. Give PEM certificates of the CAs that sign the channel's certificate.", index, err)
+		}
+		defer tr.CloseIdleConnections()
+		cp := *client
+		cp.Transport = tr
+		client = &cp
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fail(ReasonChannelUnreachable, err, "Cannot read %s: %v. Check spec.releases.source and that the channel's web server answers.", index, err)
 	}

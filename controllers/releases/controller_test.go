@@ -2,6 +2,7 @@ package releases
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -323,8 +324,35 @@ func TestRedirectFromHTTPSToHTTPIsRefused(t *testing.T) {
 		Recorder: events.NewFakeRecorder(10), Metrics: metrics.New(), Clock: clocktesting.NewFakeClock(tu.Epoch),
 	})
 	assert.NilError(t, err)
-	res := ctrl.read(context.Background(), c.Spec.Releases.Source)
+	res := ctrl.read(context.Background(), c.Spec.Releases.Source, "")
 	assert.Equal(t, res.reason, ReasonChannelUnreachable)
 	assert.Assert(t, is.Contains(res.message, "refused the redirect from https://"))
 	assert.Equal(t, ch.reads.Load(), int32(0))
+}
+
+// TestPrivateCAChannelIsReadWithTheClustersBundle: a channel whose
+// certificate no public CA signed is unreachable until the Cluster's
+// settings.caBundle holds its CA, read once it does, and a bundle of no
+// certificate is named as the problem.
+func TestPrivateCAChannelIsReadWithTheClustersBundle(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(index("2026.11.01-001")))
+	}))
+	defer srv.Close()
+	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	for _, tc := range []struct {
+		name, bundle, reason, message string
+	}{
+		{name: "no bundle", reason: ReasonChannelUnreachable, message: "certificate signed by unknown authority"},
+		{name: "the channel's CA", bundle: caPEM, reason: ReasonChannelRead},
+		{name: "no certificate", bundle: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", reason: ReasonInvalidCABundle, message: "trusting spec.settings.caBundle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tu.Cluster("lab", withSource(srv.URL+"/liken"), func(c *likenv1.Cluster) { c.Spec.Settings.CABundle = tc.bundle }))
+			f.sync()
+			cond := f.condition()
+			assert.Check(t, is.Equal(cond.Reason, tc.reason))
+			assert.Check(t, is.Contains(cond.Message, tc.message))
+		})
+	}
 }

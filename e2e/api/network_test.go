@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/generated/clientset/versioned"
 )
 
 // TestNetworkRules: the real API server takes the Cluster's rules on its
@@ -43,16 +44,7 @@ func TestNetworkRules(t *testing.T) {
 			endpoint := c.Spec.Network.Endpoint
 			c.Spec.Network = tc.network
 			c.Spec.Network.Endpoint = endpoint
-			_, err := cs.LikenV1alpha1().Clusters().Create(ctx, c, metav1.CreateOptions{})
-			if tc.want == nil {
-				assert.NilError(t, err)
-				assert.NilError(t, cs.LikenV1alpha1().Clusters().Delete(ctx, "net", metav1.DeleteOptions{}))
-				return
-			}
-			assert.Assert(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
-			for _, w := range tc.want {
-				assert.Check(t, is.Contains(err.Error(), w))
-			}
+			createOrRefused(t, cs, c, tc.want)
 		})
 	}
 
@@ -62,4 +54,48 @@ func TestNetworkRules(t *testing.T) {
 	c.Spec.Network.ClusterDNS = "10.97.0.10"
 	_, err = cs.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
 	assert.ErrorContains(t, err, "clusterDNS 10.97.0.10 is not inside serviceCIDR 10.96.0.0/16 (the default)")
+}
+
+// TestMachineTrustRules: the real API server takes name servers as
+// addresses with an optional port and a CA bundle of PEM certificates, and
+// refuses, naming the field, a name server given by name and a bundle that
+// holds no certificate.
+func TestMachineTrustRules(t *testing.T) {
+	_, cs := setup(t)
+	for _, tc := range []struct {
+		name     string
+		settings v1.SharedSettings
+		want     []string // nil: accepted
+	}{
+		{name: "addresses with and without ports", settings: v1.SharedSettings{DNSServers: []string{"192.0.2.53", "192.0.2.54:5353", "2001:db8::53", "[2001:db8::54]:53"}}},
+		{name: "a CA bundle", settings: v1.SharedSettings{CABundle: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}},
+		{name: "a name server by name", settings: v1.SharedSettings{DNSServers: []string{"dns.example.com"}},
+			want: []string{"spec.settings.dnsServers[0]", "must be an IP address with an optional port"}},
+		{name: "a bundle of no certificate", settings: v1.SharedSettings{CABundle: "not a certificate"},
+			want: []string{"spec.settings.caBundle", "caBundle must hold PEM certificates"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cluster("trust")
+			c.Spec.Settings = tc.settings
+			createOrRefused(t, cs, c, tc.want)
+		})
+	}
+}
+
+// createOrRefused creates c and deletes it when want is nil; otherwise it
+// checks that the API server refuses c as Invalid with every string of
+// want in its message.
+func createOrRefused(t *testing.T, cs versioned.Interface, c *v1.Cluster, want []string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := cs.LikenV1alpha1().Clusters().Create(ctx, c, metav1.CreateOptions{})
+	if want == nil {
+		assert.NilError(t, err)
+		assert.NilError(t, cs.LikenV1alpha1().Clusters().Delete(ctx, c.Name, metav1.DeleteOptions{}))
+		return
+	}
+	assert.Assert(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+	for _, w := range want {
+		assert.Check(t, is.Contains(err.Error(), w))
+	}
 }

@@ -11,12 +11,15 @@ import (
 	"gotest.tools/v3/poll"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	liken "liken.sh/liken/cli/lab"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/internal/qemu"
 )
 
 // TestNetworkAcrossMachines: a fleet of two liken machines is an ordinary
@@ -24,8 +27,12 @@ import (
 // of the Cluster's podCIDR; a Deployment spread over both machines and a
 // Service in front of it: a pod on each machine reaches each replica by
 // its pod address (on its own machine and across the segment), the
-// Service by its ClusterIP, and the NodePort on each machine's address;
-// kubectl logs reaches each machine.
+// Service by its ClusterIP and by its name through the cluster DNS, the
+// NodePort on each machine's address, the kubernetes Service's name and a
+// name outside the cluster (the lab's channel, through the machine's
+// resolver); kubectl logs reaches each machine; and cluster-operator, in a
+// pod, reads the release channel over https by name with the Cluster's CA
+// bundle.
 func TestNetworkAcrossMachines(t *testing.T) {
 	l := labUp(t, "net", 2, 1)
 	ctx := t.Context()
@@ -149,9 +156,47 @@ func TestNetworkAcrossMachines(t *testing.T) {
 			assert.NilError(t, err, "the NodePort of %s (%s) from a pod on %s", other, url, machine)
 			assert.Assert(t, got == pods[l.st.Machines[0].Name].Name || got == pods[l.st.Machines[1].Name].Name, "the NodePort of %s answered %q", other, got)
 		}
+		// Names: the Service's by the cluster DNS (short, through the
+		// pod's search path, and whole), the API's Service, and a name of
+		// the lab's own name server, which CoreDNS forwards to the
+		// machine's resolver.
+		for name, want := range map[string]string{
+			"net":                           svc.Spec.ClusterIP,
+			"net.default.svc.cluster.local": svc.Spec.ClusterIP,
+			"kubernetes.default.svc":        "10.96.0.1",
+			liken.ChannelName:               qemu.HostAddress,
+		} {
+			var got string
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				out, err := controlplane.Kubectl(ctx, l.kubeconfig, "exec", "-n", "default", from.Name, "--", "/workload", "lookup", name)
+				if got = strings.TrimSpace(out); err != nil {
+					return poll.Continue("resolving %s from a pod on %s: %v", name, machine, err)
+				}
+				return poll.Success()
+			}, poll.WithTimeout(2*time.Minute), poll.WithDelay(time.Second))
+			assert.Equal(t, got, want, "%s from a pod on %s", name, machine)
+		}
+		got, err := get(from, "http://net")
+		assert.NilError(t, err, "the Service by its name from a pod on %s", machine)
+		assert.Assert(t, got == pods[l.st.Machines[0].Name].Name || got == pods[l.st.Machines[1].Name].Name, "the Service by name answered %q", got)
 		// kubectl logs reaches the machine's kubelet.
-		_, err := controlplane.Kubectl(ctx, l.kubeconfig, "logs", "-n", "default", from.Name)
+		_, err = controlplane.Kubectl(ctx, l.kubeconfig, "logs", "-n", "default", from.Name)
 		assert.NilError(t, err, "kubectl logs of the pod on %s", machine)
 	}
-	t.Logf("from a pod on each machine: both replicas by pod address, both through the ClusterIP, the NodePort on both machines, in %s", time.Since(start).Round(time.Second))
+	t.Logf("from a pod on each machine: both replicas by pod address, both through the ClusterIP, the NodePort on both machines, the names, in %s", time.Since(start).Round(time.Second))
+
+	// cluster-operator, in a pod of the fleet, reads the lab's release
+	// channel over https by its name, trusting the Cluster's CA bundle.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		c, err := l.liken.LikenV1alpha1().Clusters().Get(ctx, l.st.Name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("the Cluster: %v", err)
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionReleasesAvailable)
+		if cond == nil || cond.Reason != "ChannelRead" {
+			return poll.Continue("ReleasesAvailable: %+v", cond)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(2*time.Second))
+	assert.Assert(t, strings.HasPrefix(l.st.Channel, "https://"+liken.ChannelName+":"), "the lab's channel %s", l.st.Channel)
 }

@@ -45,6 +45,7 @@ const (
 	containerdVersion  = "v2.2.9"
 	runcVersion        = "v1.3.3"
 	cniPluginsVersion  = "v1.10.0"
+	corednsVersion     = "v1.15.0" // as hack/coredns/go.mod pins it
 	pauseImage         = "liken.sh/pause:3.10"
 	workloadImage      = "liken.sh/workload:1.0"
 	squashfsCompressor = "zstd"
@@ -55,6 +56,9 @@ var debianPackages = []string{
 	"systemd-sysv", "udev", "dbus", "kmod", "iproute2", "iptables", "systemd-timesyncd",
 	// nft: kube-proxy's nftables mode writes its rules with it.
 	"nftables",
+	// The machine's resolver, and the public CAs it trusts (an https
+	// release channel or registry by name).
+	"systemd-resolved", "ca-certificates",
 	"linux-image-cloud-amd64",
 }
 
@@ -66,8 +70,12 @@ var initramfsModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32
 // units are the systemd units enabled in the image.
 // The control plane's units start only on a leader, whose layer partition
 // holds leader/config.yaml (docs/design/controlplane.md).
-var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "kube-proxy.path", "liken-node.service", "systemd-networkd.service", "systemd-timesyncd.service",
+var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "kube-proxy.path", "liken-node.service", "systemd-networkd.service", "systemd-resolved.service", "systemd-timesyncd.service",
 	"liken-control-plane-setup.service", "etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service", "liken-control-plane-init.service"}
+
+// caBundle is the public CAs' bundle that Debian's ca-certificates writes,
+// where Go programs look first.
+const caBundle = "etc/ssl/certs/ca-certificates.crt"
 
 //go:embed all:rootfs
 var rootfs embed.FS
@@ -241,12 +249,16 @@ func sourceDigest(dir string, names []string) (string, error) {
 // into the cache, once per set of versions, and returns each binary's path
 // by name.
 func (b *builder) agent() (map[string]string, error) {
-	names := []string{"kubelet", "kube", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback", "portmap"}
+	names := []string{"kubelet", "kube", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "host-local", "loopback", "portmap", "coredns"}
 	src, err := sourceDigest(filepath.Join(b.repo, "hack", "kube"), names)
 	if err != nil {
 		return nil, err
 	}
-	key := strings.Join([]string{kubeVersion, etcdVersion, containerdVersion, runcVersion, cniPluginsVersion, src}, "-")
+	dns, err := sourceDigest(filepath.Join(b.repo, "hack", "coredns"), nil)
+	if err != nil {
+		return nil, err
+	}
+	key := strings.Join([]string{kubeVersion, etcdVersion, containerdVersion, runcVersion, cniPluginsVersion, corednsVersion, src, dns}, "-")
 	dir := filepath.Join(b.cache, "agent-"+key)
 	bins := map[string]string{}
 	for _, n := range names {
@@ -295,6 +307,12 @@ func (b *builder) agent() (map[string]string, error) {
 		pkgs = append(pkgs, "github.com/containernetworking/plugins/plugins/"+p+"@"+cniPluginsVersion)
 	}
 	if err := runEnv("", append(env, "CGO_ENABLED=0"), "go", append([]string{"install", "-ldflags", "-s -w"}, pkgs...)...); err != nil {
+		return nil, err
+	}
+	// CoreDNS from hack/coredns, a module of its own: its requirements
+	// never move the control plane's.
+	b.step("Building CoreDNS %s from hack/coredns", corednsVersion)
+	if err := runEnv(filepath.Join(b.repo, "hack", "coredns"), []string{"CGO_ENABLED=0"}, "go", "build", "-ldflags", "-s -w", "-o", bins["coredns"], "."); err != nil {
 		return nil, err
 	}
 	b.step("Building runc %s (static, with seccomp)", runcVersion)
@@ -471,12 +489,26 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 	if err != nil {
 		return err
 	}
-	for _, img := range []struct{ name, file, bin, user string }{
-		{pauseImage, "pause.tar", own["pause"], ""},
-		{workloadImage, "workload.tar", own["workload"], ""},
-		// The name manifests/ gives it; a user that is not root, as its
-		// Deployment requires.
-		{operator.Spec.Template.Spec.Containers[0].Image, "cluster-operator.tar", own["cluster-operator"], "65532:65532"},
+	coredns, err := manifests.DNSDeployment()
+	if err != nil {
+		return err
+	}
+	// The public CAs, which cluster-operator reads an https channel with.
+	cas, err := os.ReadFile(filepath.Join(root, caBundle))
+	if err != nil {
+		return fmt.Errorf("the root's CA bundle (ca-certificates): %w", err)
+	}
+	for _, img := range []struct {
+		name, file, bin, user string
+		data                  map[string][]byte
+	}{
+		{name: pauseImage, file: "pause.tar", bin: own["pause"]},
+		{name: workloadImage, file: "workload.tar", bin: own["workload"]},
+		// The names manifests/ gives them; a user that is not root, as
+		// their Deployments require.
+		{name: operator.Spec.Template.Spec.Containers[0].Image, file: "cluster-operator.tar", bin: own["cluster-operator"], user: "65532:65532",
+			data: map[string][]byte{caBundle: cas}},
+		{name: coredns.Spec.Template.Spec.Containers[0].Image, file: "coredns.tar", bin: agent["coredns"], user: "65532:65532"},
 	} {
 		bin, err := os.ReadFile(img.bin)
 		if err != nil {
@@ -487,7 +519,7 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 			return err
 		}
 		entry := "/" + filepath.Base(img.bin)
-		werr := oci.Image{Name: img.name, Files: map[string][]byte{entry[1:]: bin}, Entrypoint: []string{entry}, User: img.user}.Write(f)
+		werr := oci.Image{Name: img.name, Files: map[string][]byte{entry[1:]: bin}, Data: img.data, Entrypoint: []string{entry}, User: img.user}.Write(f)
 		if err := errors.Join(werr, f.Close()); err != nil {
 			return err
 		}
@@ -501,9 +533,8 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 		image.ReleaseFile: image.ReleaseFileContent(b.version),
 		"etc/hostname":    "liken\n",
 		// systemd gives each boot a machine ID in memory.
-		"etc/machine-id":  "",
-		"etc/resolv.conf": "",
-		"etc/fstab":       "# liken-boot mounts every file system before systemd starts.\n",
+		"etc/machine-id": "",
+		"etc/fstab":      "# liken-boot mounts every file system before systemd starts.\n",
 	}
 	for p, content := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
@@ -513,6 +544,12 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
 			return err
 		}
+	}
+	// Programs read names through the machine's resolver (its stub at
+	// 127.0.0.53 with the servers it was given).
+	_ = os.Remove(filepath.Join(root, "etc/resolv.conf"))
+	if err := os.Symlink("../run/systemd/resolve/stub-resolv.conf", filepath.Join(root, "etc/resolv.conf")); err != nil {
+		return err
 	}
 	// The root's own systemctl, so the host needs none.
 	if err := run("", "chroot", append([]string{root, "systemctl", "enable", "--quiet"}, units...)...); err != nil {
@@ -532,7 +569,7 @@ func (b *builder) packageList(root string) ([]byte, error) {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	for _, l := range []string{
 		"kubelet " + kubeVersion, "kube-apiserver " + kubeVersion, "kube-controller-manager " + kubeVersion, "kube-scheduler " + kubeVersion,
-		"etcd " + etcdVersion, "containerd " + containerdVersion, "runc " + runcVersion, "cni-plugins " + cniPluginsVersion,
+		"etcd " + etcdVersion, "containerd " + containerdVersion, "runc " + runcVersion, "cni-plugins " + cniPluginsVersion, "coredns " + corednsVersion,
 		"liken-node " + b.likenVersion,
 	} {
 		lines = append(lines, "built:"+l)

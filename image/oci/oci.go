@@ -26,6 +26,9 @@ type Image struct {
 	Name string
 	// Files are the layer's files (path to content), each executable.
 	Files map[string][]byte
+	// Data are the layer's other files (path to content), readable by
+	// everyone and not executable, such as a CA bundle.
+	Data map[string][]byte
 	// Entrypoint is the command the container runs.
 	Entrypoint []string
 	// User is the user the container runs as, such as "65532:65532"
@@ -51,16 +54,38 @@ func digest(b []byte) string {
 func (img Image) Write(w io.Writer) error {
 	var layer bytes.Buffer
 	lt := tar.NewWriter(&layer)
-	names := make([]string, 0, len(img.Files))
-	for n := range img.Files {
+	type entry struct {
+		mode int64
+		data []byte
+		dir  bool
+	}
+	entries := map[string]entry{}
+	addFiles := func(files map[string][]byte, mode int64) {
+		for n, b := range files {
+			entries[n] = entry{mode: mode, data: b}
+			// Each folder above it, so the file's parents have a mode.
+			for d := path.Dir(n); d != "." && d != "/"; d = path.Dir(d) {
+				entries[d+"/"] = entry{mode: 0o755, dir: true}
+			}
+		}
+	}
+	addFiles(img.Files, 0o755)
+	addFiles(img.Data, 0o644)
+	names := make([]string, 0, len(entries))
+	for n := range entries {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if err := lt.WriteHeader(&tar.Header{Name: n, Mode: 0o755, Size: int64(len(img.Files[n])), Typeflag: tar.TypeReg}); err != nil {
+		e := entries[n]
+		h := &tar.Header{Name: n, Mode: e.mode, Size: int64(len(e.data)), Typeflag: tar.TypeReg}
+		if e.dir {
+			h.Typeflag = tar.TypeDir
+		}
+		if err := lt.WriteHeader(h); err != nil {
 			return err
 		}
-		if _, err := lt.Write(img.Files[n]); err != nil {
+		if _, err := lt.Write(e.data); err != nil {
 			return err
 		}
 	}

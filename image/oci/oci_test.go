@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"gotest.tools/v3/assert"
 )
 
@@ -19,16 +21,8 @@ func TestWriteImportableLayout(t *testing.T) {
 	assert.NilError(t, img.Write(&buf))
 
 	files := map[string][]byte{}
-	tr := tar.NewReader(&buf)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		assert.NilError(t, err)
-		b, err := io.ReadAll(tr)
-		assert.NilError(t, err)
-		files[h.Name] = b
+	for _, e := range readTar(t, buf.Bytes()) {
+		files[e.name] = []byte(e.body)
 	}
 	assert.Equal(t, string(files["oci-layout"]), `{"imageLayoutVersion":"1.0.0"}`)
 
@@ -86,4 +80,56 @@ func TestWriteImportableLayout(t *testing.T) {
 func TestWriteRefusesNameWithoutTag(t *testing.T) {
 	err := Image{Name: "localhost:5000/pause", Files: map[string][]byte{"p": nil}}.Write(io.Discard)
 	assert.ErrorContains(t, err, `image name "localhost:5000/pause" has no tag`)
+}
+
+// TestWriteDataFiles: a data file lands readable and not executable, under
+// folders of its own, next to the executable entry point.
+func TestWriteDataFiles(t *testing.T) {
+	var buf bytes.Buffer
+	img := Image{Name: "liken.sh/op:1", Files: map[string][]byte{"op": []byte("binary")},
+		Data: map[string][]byte{"etc/ssl/certs/ca-certificates.crt": []byte("CAs")}, Entrypoint: []string{"/op"}}
+	assert.NilError(t, img.Write(&buf))
+	var layer []byte
+	for _, e := range readTar(t, buf.Bytes()) {
+		if strings.HasPrefix(e.name, "blobs/") && !strings.HasPrefix(e.body, "{") {
+			layer = []byte(e.body)
+		}
+	}
+	assert.Assert(t, layer != nil)
+	got := map[string]tarEntry{}
+	for _, e := range readTar(t, layer) {
+		got[e.name] = tarEntry{mode: e.mode, dir: e.dir, body: e.body}
+	}
+	assert.DeepEqual(t, got, map[string]tarEntry{
+		"etc/":                              {mode: 0o755, dir: true},
+		"etc/ssl/":                          {mode: 0o755, dir: true},
+		"etc/ssl/certs/":                    {mode: 0o755, dir: true},
+		"etc/ssl/certs/ca-certificates.crt": {mode: 0o644, body: "CAs"},
+		"op":                                {mode: 0o755, body: "binary"},
+	}, cmp.AllowUnexported(tarEntry{}))
+}
+
+// tarEntry is one entry of a tar archive, as readTar reads it.
+type tarEntry struct {
+	name string
+	mode int64
+	dir  bool
+	body string
+}
+
+// readTar reads every entry of the tar archive b, in order.
+func readTar(t *testing.T, b []byte) []tarEntry {
+	t.Helper()
+	var out []tarEntry
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		assert.NilError(t, err)
+		body, err := io.ReadAll(tr)
+		assert.NilError(t, err)
+		out = append(out, tarEntry{name: h.Name, mode: h.Mode, dir: h.Typeflag == tar.TypeDir, body: string(body)})
+	}
 }

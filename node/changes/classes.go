@@ -26,6 +26,8 @@ const (
 	FieldServiceCIDR = "cluster.spec.network.serviceCIDR"
 	FieldClusterDNS  = "cluster.spec.network.clusterDNS"
 
+	FieldDNSServers      = "cluster.spec.settings.dnsServers"
+	FieldCABundle        = "cluster.spec.settings.caBundle"
 	FieldNTPServers      = "cluster.spec.settings.ntpServers"
 	FieldSysctls         = "cluster.spec.settings.sysctls"
 	FieldRegistryMirrors = "cluster.spec.settings.registryMirrors"
@@ -112,6 +114,8 @@ var Fields = []Field{
 	{FieldPodCIDR, likenv1.ClassReboot, func(c *Config) any { return c.Network.PodCIDR }, func(d, s *Config) { d.Network.PodCIDR = s.Network.PodCIDR }},
 	{FieldServiceCIDR, likenv1.ClassReboot, func(c *Config) any { return c.Network.ServiceCIDR }, func(d, s *Config) { d.Network.ServiceCIDR = s.Network.ServiceCIDR }},
 	{FieldClusterDNS, likenv1.ClassReboot, func(c *Config) any { return c.Network.ClusterDNS }, func(d, s *Config) { d.Network.ClusterDNS = s.Network.ClusterDNS }},
+	{FieldDNSServers, likenv1.ClassLive, func(c *Config) any { return c.Settings.DNSServers }, func(d, s *Config) { d.Settings.DNSServers = s.Settings.DNSServers }},
+	{FieldCABundle, likenv1.ClassLive, func(c *Config) any { return c.Settings.CABundle }, func(d, s *Config) { d.Settings.CABundle = s.Settings.CABundle }},
 	{FieldNTPServers, likenv1.ClassLive, func(c *Config) any { return c.Settings.NTPServers }, func(d, s *Config) { d.Settings.NTPServers = s.Settings.NTPServers }},
 	{FieldSysctls, likenv1.ClassLive, func(c *Config) any { return c.Settings.Sysctls }, func(d, s *Config) { d.Settings.Sysctls = s.Settings.Sysctls }},
 	{FieldRegistryMirrors, likenv1.ClassRestartK3s, func(c *Config) any { return c.Settings.RegistryMirrors }, func(d, s *Config) { d.Settings.RegistryMirrors = s.Settings.RegistryMirrors }},

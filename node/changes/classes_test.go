@@ -27,6 +27,7 @@ func base() Config {
 		},
 		Network: likenv1.NetworkSpec{Endpoint: "https://10.0.0.10:6443", PodCIDR: "10.42.0.0/16", ServiceCIDR: "10.43.0.0/16", ClusterDNS: "10.43.0.10"},
 		Settings: likenv1.SharedSettings{
+			DNSServers:      []string{"192.0.2.53"},
 			NTPServers:      []string{"time.example.com"},
 			Sysctls:         map[string]string{"vm.max_map_count": "262144"},
 			RegistryMirrors: []likenv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"https://mirror.example.com"}}},
@@ -54,6 +55,8 @@ func TestClassOfEveryField(t *testing.T) {
 		{FieldPodCIDR, likenv1.ClassReboot, func(c *Config) { c.Network.PodCIDR = "10.52.0.0/16" }},
 		{FieldServiceCIDR, likenv1.ClassReboot, func(c *Config) { c.Network.ServiceCIDR = "10.53.0.0/16" }},
 		{FieldClusterDNS, likenv1.ClassReboot, func(c *Config) { c.Network.ClusterDNS = "10.53.0.10" }},
+		{FieldDNSServers, likenv1.ClassLive, func(c *Config) { c.Settings.DNSServers = append(c.Settings.DNSServers, "192.0.2.54:5353") }},
+		{FieldCABundle, likenv1.ClassLive, func(c *Config) { c.Settings.CABundle = "-----BEGIN CERTIFICATE-----" }},
 		{FieldNTPServers, likenv1.ClassLive, func(c *Config) { c.Settings.NTPServers = append(c.Settings.NTPServers, "pool.ntp.org") }},
 		{FieldSysctls, likenv1.ClassLive, func(c *Config) { c.Settings.Sysctls["net.core.somaxconn"] = "4096" }},
 		{FieldRegistryMirrors, likenv1.ClassRestartK3s, func(c *Config) { c.Settings.RegistryMirrors = nil }},

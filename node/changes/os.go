@@ -25,6 +25,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/atomicfile"
+	"liken.sh/liken/internal/trust"
 	"liken.sh/liken/node/boot"
 )
 
@@ -75,6 +76,13 @@ const PodMasqueradeChain = "LIKEN-POD-MASQ"
 // Files the OS applier writes, relative to Root.
 const (
 	TimesyncdDropIn = "etc/systemd/timesyncd.conf.d/50-liken.conf"
+	// ResolvedDropIn gives systemd-resolved, the machine's resolver, the
+	// Cluster's settings.dnsServers.
+	ResolvedDropIn = "etc/systemd/resolved.conf.d/50-liken.conf"
+	// CABundleFile holds the Cluster's settings.caBundle among the
+	// machine's trusted certificates, where every Go program started after
+	// it was written (containerd, the kubelet) reads it.
+	CABundleFile = "etc/ssl/certs/liken-ca-bundle.pem"
 	// AgentArgsFile holds settings.k3sArgs, one a line: the image's
 	// kubelet.service passes each line to kubelet as one argument.
 	AgentArgsFile = "var/lib/liken/agent/kubelet-args"
@@ -142,13 +150,25 @@ func (o *OS) write(rel string, data []byte, mode os.FileMode) error {
 	return atomicfile.Write(p, data, mode)
 }
 
-// ApplyLive writes the sysctls to /proc/sys and the NTP servers to a
-// systemd-timesyncd drop-in, restarting timesyncd when they changed.
+// ApplyLive writes the sysctls to /proc/sys, the NTP servers to a
+// systemd-timesyncd drop-in (restarting timesyncd when they changed), the
+// name servers to a systemd-resolved drop-in (restarting resolved) and the
+// CA bundle to CABundleFile.
 func (o *OS) ApplyLive(ctx context.Context, cfg Config, changed []Change) error {
 	if err := o.sysctls(cfg.Settings.Sysctls); err != nil {
 		return err
 	}
 	for _, c := range changed {
+		switch c.Field {
+		case FieldDNSServers:
+			if _, err := o.dns(ctx, cfg.Settings.DNSServers); err != nil {
+				return err
+			}
+		case FieldCABundle:
+			if err := o.caBundle(cfg.Settings.CABundle); err != nil {
+				return err
+			}
+		}
 		if c.Field == FieldNTPServers {
 			if err := o.ntp(cfg.Settings.NTPServers); err != nil {
 				return err
@@ -192,6 +212,69 @@ func (o *OS) ntp(servers []string) error {
 		}
 	}
 	return o.write(TimesyncdDropIn, []byte("# Written by liken-node from the Cluster's settings.ntpServers.\n[Time]\nNTP="+strings.Join(servers, " ")+"\n"), 0o644)
+}
+
+// dns writes ResolvedDropIn with the name servers (removes it when there
+// are none) and restarts systemd-resolved when that changed the file. It
+// checks every server first, so a bad one changes nothing.
+func (o *OS) dns(ctx context.Context, servers []string) (changed bool, err error) {
+	for _, s := range servers {
+		if err := checkDNSServer(s); err != nil {
+			return false, err
+		}
+	}
+	var want []byte
+	if len(servers) > 0 {
+		want = []byte("# Written by liken-node from the Cluster's settings.dnsServers.\n[Resolve]\nDNS=" + strings.Join(servers, " ") + "\n")
+	}
+	got, err := os.ReadFile(o.path(ResolvedDropIn))
+	exists := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	if exists == (want != nil) && bytes.Equal(got, want) {
+		return false, nil
+	}
+	if want == nil {
+		err = os.Remove(o.path(ResolvedDropIn))
+	} else {
+		err = o.write(ResolvedDropIn, want, 0o644)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := o.run(ctx, "systemctl", "try-restart", "systemd-resolved.service"); err != nil {
+		return true, fmt.Errorf("restarting the machine's resolver for the new name servers: %w", err)
+	}
+	klog.FromContext(ctx).Info("Gave the machine's resolver the Cluster's name servers", "dnsServers", servers)
+	return true, nil
+}
+
+// checkDNSServer checks one settings.dnsServers entry: an IP address, or
+// one with a port (192.0.2.53:5353, [2001:db8::53]:53).
+func checkDNSServer(s string) error {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return nil
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil && ap.Port() != 0 {
+		return nil
+	}
+	return fmt.Errorf("name server %q in the Cluster's settings.dnsServers is not an IP address with an optional port, such as 192.0.2.53 or 192.0.2.53:5353", s)
+}
+
+// caBundle writes CABundleFile with the Cluster's CA bundle, or removes it
+// when the bundle is empty. A bundle with no certificate in it is refused.
+func (o *OS) caBundle(pemBundle string) error {
+	if pemBundle == "" {
+		if err := os.Remove(o.path(CABundleFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if _, err := trust.Pool(pemBundle); err != nil {
+		return err
+	}
+	return o.write(CABundleFile, []byte(pemBundle), 0o644)
 }
 
 // agentFiles writes the node agent's configuration from the RestartK3s
@@ -405,6 +488,12 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	if err := o.ntp(cfg.Settings.NTPServers); err != nil {
 		return err
 	}
+	if _, err := o.dns(ctx, cfg.Settings.DNSServers); err != nil {
+		return err
+	}
+	if err := o.caBundle(cfg.Settings.CABundle); err != nil {
+		return err
+	}
 	if err := o.agentFiles(cfg); err != nil {
 		return err
 	}
@@ -425,15 +514,16 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 // the boot that applies a new clusterDNS. At every other boot the kubelet
 // started with the file already there. The pods keep running.
 func (o *OS) kubeletNetwork(ctx context.Context, n likenv1.NetworkSpec) error {
-	var want []byte
-	if n.ClusterDNS != "" {
-		ip, err := netip.ParseAddr(n.ClusterDNS)
-		if err != nil {
-			return fmt.Errorf("the kubelet's cluster DNS: spec.network.clusterDNS %q is not an IP address; correct the Cluster", n.ClusterDNS)
-		}
-		want = fmt.Appendf(nil, "# Written by liken-node at boot from the Cluster's spec.network.clusterDNS.\n"+
-			"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- %s\n", ip)
+	dns, err := n.ClusterDNSOrDefault()
+	if err != nil {
+		return fmt.Errorf("the kubelet's cluster DNS: %w; correct the Cluster", err)
 	}
+	ip, err := netip.ParseAddr(dns)
+	if err != nil {
+		return fmt.Errorf("the kubelet's cluster DNS: spec.network.clusterDNS %q is not an IP address; correct the Cluster", n.ClusterDNS)
+	}
+	want := fmt.Appendf(nil, "# Written by liken-node at boot from the Cluster's spec.network.clusterDNS (or its default).\n"+
+		"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- %s\n", ip)
 	file := o.path(KubeletNetworkFile)
 	old, err := os.ReadFile(file)
 	had := err == nil
@@ -462,7 +552,7 @@ func (o *OS) kubeletNetwork(ctx context.Context, n likenv1.NetworkSpec) error {
 		_ = put(old)
 		return fmt.Errorf("restarting the kubelet for the cluster DNS address: %w", err)
 	}
-	klog.FromContext(ctx).Info("Restarted the kubelet for the Cluster's cluster DNS address", "clusterDNS", n.ClusterDNS, "file", "/"+KubeletNetworkFile)
+	klog.FromContext(ctx).Info("Restarted the kubelet for the Cluster's cluster DNS address", "clusterDNS", ip, "file", "/"+KubeletNetworkFile)
 	return nil
 }
 

@@ -12,11 +12,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/pki"
 	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/node/boot"
 )
@@ -68,6 +70,7 @@ func TestOSApplier(t *testing.T) {
 		"networkctl reload",
 		"blkid -p /dev/vdb",
 		"mount -t ext4 /dev/vdb /var/lib/data",
+		"systemctl try-restart systemd-resolved.service",
 		"iptables -w -t nat -S LIKEN-POD-MASQ",
 		"iptables -w -t nat -F LIKEN-POD-MASQ",
 		"iptables -w -t nat -A LIKEN-POD-MASQ ! -s 10.42.0.0/16 -j RETURN",
@@ -82,6 +85,59 @@ func TestOSApplier(t *testing.T) {
 		"iptables -w -t nat -C OUTPUT -j LIKEN-SERVICES",
 		"systemctl try-restart kubelet.service",
 	})
+}
+
+// TestOSResolverAndTrust: the Cluster's name servers reach the machine's
+// resolver, which restarts only when they changed; its CA bundle reaches
+// the machine's trusted certificates; a bad value changes nothing.
+func TestOSResolverAndTrust(t *testing.T) {
+	var log cmdLog
+	o := &OS{Root: t.TempDir(), Run: log.run, stat: blockDeviceStat}
+	ctx := context.Background()
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(o.Root, rel))
+		if errors.Is(err, fs.ErrNotExist) {
+			return "<none>"
+		}
+		assert.NilError(t, err)
+		return string(b)
+	}
+	const restart = "systemctl try-restart systemd-resolved.service"
+	cfg := base()
+	cfg.Settings.Sysctls = nil
+	for _, step := range []struct {
+		name    string
+		servers []string
+		file    string
+		cmds    []string
+	}{
+		{"servers given", []string{"192.0.2.53", "[2001:db8::53]:5353"}, "# Written by liken-node from the Cluster's settings.dnsServers.\n[Resolve]\nDNS=192.0.2.53 [2001:db8::53]:5353\n", []string{restart}},
+		{"the same servers", []string{"192.0.2.53", "[2001:db8::53]:5353"}, "# Written by liken-node from the Cluster's settings.dnsServers.\n[Resolve]\nDNS=192.0.2.53 [2001:db8::53]:5353\n", nil},
+		{"none: DHCP's", nil, "<none>", []string{restart}},
+		{"none again", nil, "<none>", nil},
+	} {
+		log.cmds = nil
+		cfg.Settings.DNSServers = step.servers
+		assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldDNSServers}}), step.name)
+		assert.Check(t, is.Equal(read(ResolvedDropIn), step.file), step.name)
+		assert.Check(t, is.DeepEqual(log.cmds, step.cmds), step.name)
+	}
+	cfg.Settings.DNSServers = []string{"192.0.2.53", "dns.example.com"}
+	assert.ErrorContains(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldDNSServers}}), `name server "dns.example.com" in the Cluster's settings.dnsServers is not an IP address`)
+	assert.Check(t, is.Equal(read(ResolvedDropIn), "<none>"))
+
+	ca, err := pki.NewCA("a private CA", time.Now(), time.Hour)
+	assert.NilError(t, err)
+	cfg.Settings.DNSServers = nil
+	cfg.Settings.CABundle = string(ca.CertPEM())
+	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldCABundle}}))
+	assert.Check(t, is.Equal(read(CABundleFile), string(ca.CertPEM())))
+	cfg.Settings.CABundle = "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"
+	assert.ErrorContains(t, o.Boot(ctx, cfg), "settings.caBundle")
+	assert.Check(t, is.Equal(read(CABundleFile), string(ca.CertPEM())), "a refused bundle leaves the last one")
+	cfg.Settings.CABundle = ""
+	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldCABundle}}))
+	assert.Check(t, is.Equal(read(CABundleFile), "<none>"))
 }
 
 // fakeNAT is the nat tables of iptables and ip6tables, as far as the
@@ -367,7 +423,7 @@ func TestOSBootPodMasqueradeErrors(t *testing.T) {
 func TestOSBootKubeletNetwork(t *testing.T) {
 	const restart = "systemctl try-restart kubelet.service"
 	dropIn := func(ip string) string {
-		return "# Written by liken-node at boot from the Cluster's spec.network.clusterDNS.\n" +
+		return "# Written by liken-node at boot from the Cluster's spec.network.clusterDNS (or its default).\n" +
 			"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- " + ip + "\n"
 	}
 	restarts := func(l *cmdLog) int {
@@ -391,18 +447,18 @@ func TestOSBootKubeletNetwork(t *testing.T) {
 		assert.NilError(t, err)
 		return string(b)
 	}
-	cfg := base()
+	cfg := base() // serviceCIDR 10.43.0.0/16
 	for _, step := range []struct {
 		name, clusterDNS, file string
 		restarts               int
 	}{
-		{"a first boot without an address", "", "", 0},
-		{"the first boot with an address", "10.43.0.10", dropIn("10.43.0.10"), 1},
-		{"another boot", "10.43.0.10", dropIn("10.43.0.10"), 0},
+		{"a first boot without an address: the service range's tenth", "", dropIn("10.43.0.10"), 1},
+		{"the same address given", "10.43.0.10", dropIn("10.43.0.10"), 0},
 		{"a new address", "10.43.0.53", dropIn("10.43.0.53"), 1},
+		{"another boot", "10.43.0.53", dropIn("10.43.0.53"), 0},
 		{"an IPv6 address", "fd00:10:96::a", dropIn("fd00:10:96::a"), 1},
-		{"no address any more", "", "", 1},
-		{"no address again", "", "", 0},
+		{"no address any more", "", dropIn("10.43.0.10"), 1},
+		{"no address again", "", dropIn("10.43.0.10"), 0},
 	} {
 		log.cmds = nil
 		cfg.Network.ClusterDNS = step.clusterDNS
@@ -411,17 +467,21 @@ func TestOSBootKubeletNetwork(t *testing.T) {
 		assert.Check(t, is.Equal(restarts(&log), step.restarts), step.name)
 	}
 
-	// A failed restart puts the old file back, so the retry restarts.
+	// A failed restart puts the old file back (none when there was none,
+	// as on a machine whose liken-node wrote none), so the retry restarts.
 	for _, old := range []string{"", "10.43.0.53"} {
 		cfg.Network.ClusterDNS = old
 		assert.NilError(t, o.Boot(ctx, cfg))
+		if old == "" {
+			assert.NilError(t, os.Remove(filepath.Join(o.Root, KubeletNetworkFile)))
+		}
 		o.Run = func(ctx context.Context, name string, args ...string) error {
 			if name == "systemctl" && strings.Join(args, " ") == "try-restart kubelet.service" {
 				return errors.New("exit status 1")
 			}
 			return nil
 		}
-		cfg.Network.ClusterDNS = "10.43.0.10"
+		cfg.Network.ClusterDNS = "10.43.0.99"
 		assert.ErrorContains(t, o.Boot(ctx, cfg), "restarting the kubelet for the cluster DNS address: exit status 1")
 		want := ""
 		if old != "" {
@@ -432,9 +492,13 @@ func TestOSBootKubeletNetwork(t *testing.T) {
 		log.cmds = nil
 		assert.NilError(t, o.Boot(ctx, cfg))
 		assert.Check(t, is.Equal(restarts(&log), 1))
-		assert.Check(t, is.Equal(read(), dropIn("10.43.0.10")))
+		assert.Check(t, is.Equal(read(), dropIn("10.43.0.99")))
 	}
 
+	cfg.Network.ServiceCIDR = "10.43.0.0/29"
+	cfg.Network.ClusterDNS = ""
+	assert.ErrorContains(t, o.Boot(ctx, cfg), "the kubelet's cluster DNS: serviceCIDR 10.43.0.0/29 holds no tenth address")
+	cfg.Network.ServiceCIDR = "10.43.0.0/16"
 	cfg.Network.ClusterDNS = "10.43.0.10\nclusterDomain: evil"
 	assert.ErrorContains(t, o.Boot(ctx, cfg), `the kubelet's cluster DNS: spec.network.clusterDNS "10.43.0.10\nclusterDomain: evil" is not an IP address`)
 }

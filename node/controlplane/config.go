@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -32,6 +33,11 @@ type Config struct {
 	// configuration written before liken gave Nodes ranges) is
 	// v1alpha1.DefaultPodCIDR.
 	PodCIDR string `json:"podCIDR,omitempty"`
+	// ClusterDNS is the address of the cluster DNS's Service (the Cluster's
+	// spec.network.clusterDNS), inside ServiceCIDR. Empty (a configuration
+	// written before liken ran a cluster DNS) is ServiceCIDR's tenth
+	// address.
+	ClusterDNS string `json:"clusterDNS,omitempty"`
 	// FirstLeader names the leader that bootstraps a new datastore: the
 	// first Leader by name.
 	FirstLeader string `json:"firstLeader"`
@@ -87,6 +93,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := likenv1.NodePodCIDRPrefix(c.PodCIDROrDefault()); err != nil {
 		add("podCIDR", "%v", err)
+	}
+	if c.ServiceCIDR != "" {
+		if dns, err := c.ClusterDNSOrDefault(); err != nil {
+			add("clusterDNS", "%v", err)
+		} else if ip, err := netip.ParseAddr(dns); err != nil {
+			add("clusterDNS", "%q is not an IP address such as 10.96.0.10", dns)
+		} else if p, err := netip.ParsePrefix(c.ServiceCIDR); err == nil && !p.Contains(ip) {
+			add("clusterDNS", "%s is not inside serviceCIDR %s: the cluster DNS is a Service, whose address comes from the service range", dns, c.ServiceCIDR)
+		}
 	}
 	if len(c.Leaders) == 0 {
 		add("leaders", "none; list every leader with its reach URLs")
@@ -176,6 +191,12 @@ func (c Config) Self() (Leader, error) {
 // Service takes: 10.96.0.1 for 10.96.0.0/16 (v1alpha1.FirstServiceIP).
 func (c Config) FirstServiceIP() (net.IP, error) {
 	return likenv1.FirstServiceIP(c.ServiceCIDR)
+}
+
+// ClusterDNSOrDefault is ClusterDNS, or ServiceCIDR's tenth address when
+// it is empty.
+func (c Config) ClusterDNSOrDefault() (string, error) {
+	return (&likenv1.NetworkSpec{ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ClusterDNS}).ClusterDNSOrDefault()
 }
 
 // PodCIDROrDefault is PodCIDR, or v1alpha1.DefaultPodCIDR when it is empty.

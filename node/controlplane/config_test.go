@@ -69,6 +69,21 @@ func TestLoadPodCIDR(t *testing.T) {
 	assert.Check(t, is.Equal(c.PodCIDROrDefault(), "10.244.0.0/16"))
 }
 
+// TestLoadClusterDNS: a configuration written before liken ran a cluster
+// DNS has none, and its address is the service range's tenth.
+func TestLoadClusterDNS(t *testing.T) {
+	c, err := Load(writeFile(t, goodConfig))
+	assert.NilError(t, err)
+	dns, err := c.ClusterDNSOrDefault()
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(dns, "10.96.0.10"))
+	c, err = Load(writeFile(t, goodConfig+"clusterDNS: 10.96.0.53\n"))
+	assert.NilError(t, err)
+	dns, err = c.ClusterDNSOrDefault()
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(dns, "10.96.0.53"))
+}
+
 func TestLoadRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name, content, want string
@@ -112,6 +127,9 @@ func TestValidate(t *testing.T) {
 		{"service CIDR too small", func(c *Config) { c.ServiceCIDR = "10.96.0.1/32" }, "serviceCIDR: \"10.96.0.1/32\" holds no address for the kubernetes Service"},
 		{"pod CIDR not a CIDR", func(c *Config) { c.PodCIDR = "10.244.0.0" }, `podCIDR: "10.244.0.0" is not a CIDR`},
 		{"pod CIDR smaller than a Node's range", func(c *Config) { c.PodCIDR = "10.244.0.0/26" }, "podCIDR: 10.244.0.0/26 is smaller than one machine's pod range"},
+		{"cluster DNS outside the service range", func(c *Config) { c.ClusterDNS = "10.97.0.10" }, "clusterDNS: 10.97.0.10 is not inside serviceCIDR 10.96.0.0/16"},
+		{"cluster DNS not an address", func(c *Config) { c.ClusterDNS = "dns" }, `clusterDNS: "dns" is not an IP address`},
+		{"no tenth address for the cluster DNS", func(c *Config) { c.ServiceCIDR = "10.96.0.0/29" }, "clusterDNS: serviceCIDR 10.96.0.0/29 holds no tenth address"},
 		{"no leaders", func(c *Config) { c.Leaders = nil }, "leaders: none"},
 		{"leader name missing", func(c *Config) { c.Leaders[0].Name = "" }, "leaders[0].name: missing"},
 		{"leader name not a Machine name", func(c *Config) { c.Leaders[0].Name = "Leader_1" }, `leaders[0].name: "Leader_1" is not a Machine name`},

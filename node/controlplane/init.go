@@ -9,10 +9,13 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -194,6 +197,9 @@ type InitOptions struct {
 	// it votes, if none is recorded (a first leader's new datastore, whose
 	// ID exists only once etcd runs): etcd-start then never joins another.
 	Data MemberData
+	// Addons are the cluster's add-ons (manifests.DNSObjects): each one
+	// that does not exist is created; one that exists is left as it is.
+	Addons []runtime.Object
 	// Timeout bounds Init (DefaultInitTimeout when zero).
 	Timeout time.Duration
 	// Interval is how long Init waits before it tries again (RetryInterval
@@ -206,7 +212,7 @@ type InitOptions struct {
 // Init readies a leader's control plane, and is idempotent: it promotes
 // this machine's etcd member if it is a learner, then makes the join
 // token's Secret from the identity's token, JoinBindings and
-// LeaderBindings. The promotion comes first: the API server reaches only
+// LeaderBindings, then creates the Addons that do not exist. The promotion comes first: the API server reaches only
 // its own member, and a learner serves it nothing, so the API is not ready
 // before. Each step is tried again every Interval until it succeeds (etcd
 // refuses a promotion while the learner lags; the API answers once its
@@ -242,7 +248,7 @@ func Init(ctx context.Context, o InitOptions) error {
 	if err := r.do(ctx, "recording which datastore this machine's etcd member belongs to", func() error { return recordDatastore(ctx, o) }); err != nil {
 		return err
 	}
-	return r.do(ctx, "creating the join token and the control plane's bindings", func() error {
+	if err := r.do(ctx, "creating the join token and the control plane's bindings", func() error {
 		if err := EnsureBootstrapToken(ctx, o.Kube, id, secret); err != nil {
 			return err
 		}
@@ -250,7 +256,62 @@ func Init(ctx context.Context, o InitOptions) error {
 			return err
 		}
 		return EnsureBindings(ctx, o.Kube, LeaderBindings)
-	})
+	}); err != nil {
+		return err
+	}
+	return r.do(ctx, "creating the cluster's add-ons", func() error { return EnsureObjects(ctx, o.Kube, o.Addons) })
+}
+
+// InitFieldManager is the field manager of what control-plane init creates.
+const InitFieldManager = "liken-control-plane-init"
+
+// EnsureObjects creates each object that does not exist, in order, and
+// leaves one that exists as it is: what a person changed in an add-on
+// (its Corefile, its replicas) stays. It knows the kinds of liken's
+// add-ons; any other is an error.
+func EnsureObjects(ctx context.Context, cs kubernetes.Interface, objs []runtime.Object) error {
+	log := klog.FromContext(ctx)
+	for _, obj := range objs {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return permanent(err)
+		}
+		kind := obj.GetObjectKind().GroupVersionKind().Kind
+		if kind == "" {
+			kind = strings.TrimPrefix(fmt.Sprintf("%T", obj), "*v1.")
+		}
+		opts := metav1.CreateOptions{FieldManager: InitFieldManager}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, opts)
+		case *corev1.ConfigMap:
+			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
+		case *corev1.Service:
+			_, err = cs.CoreV1().Services(o.Namespace).Create(ctx, o, opts)
+			if apierrors.IsAlreadyExists(err) {
+				if got, gerr := cs.CoreV1().Services(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{}); gerr == nil && o.Spec.ClusterIP != "" && got.Spec.ClusterIP != o.Spec.ClusterIP {
+					log.Info("The Service exists at another address than the Cluster's; it is left as it is: delete it for a leader's next boot to create it at the new one",
+						"service", klog.KObj(o), "address", got.Spec.ClusterIP, "cluster", o.Spec.ClusterIP)
+				}
+			}
+		case *appsv1.Deployment:
+			_, err = cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, opts)
+		case *rbacv1.ClusterRole:
+			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, opts)
+		case *rbacv1.ClusterRoleBinding:
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, opts)
+		default:
+			return permanent(fmt.Errorf("an add-on of kind %s (%s) is not one liken creates", kind, m.GetName()))
+		}
+		switch {
+		case apierrors.IsAlreadyExists(err):
+		case err != nil:
+			return fmt.Errorf("creating %s %s: %w", kind, klog.KObj(m), err)
+		default:
+			log.Info("Created an add-on's object", "kind", kind, "object", klog.KObj(m))
+		}
+	}
+	return nil
 }
 
 // promote makes this machine's member a voter if it is a learner, through

@@ -26,8 +26,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"liken.sh/liken/internal/srctree"
+	"liken.sh/liken/manifests"
 )
 
 const (
@@ -419,4 +421,64 @@ func TestInitPromotesARealLearner(t *testing.T) {
 	members, err := c.MemberList(ctx, bClient)
 	assert.NilError(t, err, "the voter answers at its own URL")
 	assert.DeepEqual(t, byID(members)[added.ID], Member{ID: added.ID, Name: "b", PeerURLs: []string{bPeer}, ClientURLs: []string{bClient}})
+}
+
+// TestInitCreatesTheAddonsOnce: Init creates the cluster DNS add-on's
+// objects with the Service at the Cluster's address; run again after a
+// person changed the Corefile and the replicas, it leaves their changes,
+// and a Service at another address, as they are.
+func TestInitCreatesTheAddonsOnce(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewClientset()
+	clk := clocktesting.NewFakeClock(now)
+	o := initOptions(t, kube)
+	addons, err := manifests.DNSObjects("10.43.0.10")
+	assert.NilError(t, err)
+	o.Addons = addons
+	err, _ = runInit(t, o, clk)
+	assert.NilError(t, err)
+	svc, err := kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(svc.Spec.ClusterIP, "10.43.0.10"))
+	for _, get := range []func() error{
+		func() error {
+			_, err := kube.CoreV1().ServiceAccounts("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.RbacV1().ClusterRoles().Get(ctx, "liken:coredns", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.RbacV1().ClusterRoleBindings().Get(ctx, "liken:coredns", metav1.GetOptions{})
+			return err
+		},
+	} {
+		assert.Check(t, get())
+	}
+
+	cm, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	assert.NilError(t, err)
+	cm.Data["Corefile"] = ".:1053 { whoami }"
+	_, err = kube.CoreV1().ConfigMaps("kube-system").Update(ctx, cm, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	d, err := kube.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	assert.NilError(t, err)
+	d.Spec.Replicas = ptr.To[int32](5)
+	_, err = kube.AppsV1().Deployments("kube-system").Update(ctx, d, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+
+	o.Addons, err = manifests.DNSObjects("10.43.0.53")
+	assert.NilError(t, err)
+	err, _ = runInit(t, o, clk)
+	assert.NilError(t, err)
+	cm, err = kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(cm.Data["Corefile"], ".:1053 { whoami }"))
+	d, err = kube.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(*d.Spec.Replicas, int32(5)))
+	svc, err = kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(svc.Spec.ClusterIP, "10.43.0.10"))
 }

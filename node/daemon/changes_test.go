@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/pki"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/daemon/daemontest"
@@ -44,6 +45,8 @@ var classCases = []classCase{
 	{field: changes.FieldPodCIDR, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Network.PodCIDR = "10.52.0.0/16" }},
 	{field: changes.FieldServiceCIDR, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Network.ServiceCIDR = "10.53.0.0/16" }},
 	{field: changes.FieldClusterDNS, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Network.ClusterDNS = "10.53.0.10" }},
+	{field: changes.FieldDNSServers, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.DNSServers = []string{"192.0.2.53"} }},
+	{field: changes.FieldCABundle, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.CABundle = testCA }},
 	{field: changes.FieldNTPServers, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.NTPServers = []string{"ntp.example.com"} }},
 	{field: changes.FieldSysctls, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.Sysctls["net.core.somaxconn"] = "4096" }},
 	{field: changes.FieldRegistryMirrors, class: likenv1.ClassRestartK3s, cluster: func(c *likenv1.Cluster) {
@@ -53,6 +56,15 @@ var classCases = []classCase{
 	{field: changes.FieldKernelArgs, class: likenv1.ClassReboot, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.KernelArgs = []string{"mitigations=off"} }},
 	{field: changes.FieldBanner, class: likenv1.ClassNextBoot, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.Banner = "welcome" }},
 }
+
+// testCA is a CA certificate in PEM, for the Cluster's caBundle.
+var testCA = func() string {
+	ca, err := pki.NewCA("a private CA", time.Now(), time.Hour)
+	if err != nil {
+		panic(err)
+	}
+	return string(ca.CertPEM())
+}()
 
 func (e *env) change(tc classCase) {
 	e.t.Helper()

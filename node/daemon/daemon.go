@@ -28,6 +28,7 @@ import (
 	likeninformers "liken.sh/liken/generated/informers/externalversions"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
 	"liken.sh/liken/internal/lastwrite"
+	"liken.sh/liken/internal/trust"
 	"liken.sh/liken/internal/worker"
 	"liken.sh/liken/node/drain"
 	"liken.sh/liken/node/slots"
@@ -54,10 +55,12 @@ const (
 
 // Daemon reconciles one machine.
 type Daemon struct {
-	o      Options
-	t      Timing
-	clock  clock.WithTickerAndDelayedExecution
-	http   *http.Client
+	o     Options
+	t     Timing
+	clock clock.WithTickerAndDelayedExecution
+	http  *http.Client
+	// trust is http's transport when Options.HTTPClient is nil.
+	trust  *trust.Transport
 	slots  *slots.Store
 	events events.EventRecorder
 	queue  *worker.Queue
@@ -155,13 +158,16 @@ func New(o Options) (*Daemon, error) {
 	d.queue = worker.New("liken-node", d.clock, func(ctx context.Context, _ string) (time.Duration, error) { return d.sync(ctx) },
 		worker.WithBackoff(200*time.Millisecond, 30*time.Second))
 	if d.http == nil {
-		d.http = &http.Client{Transport: &http.Transport{
+		// Releases are read trusting the public CAs and the Cluster's
+		// settings.caBundle (runDownload gives it the bundle).
+		d.trust = &trust.Transport{Base: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
 			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			TLSHandshakeTimeout:   30 * time.Second,
 			ResponseHeaderTimeout: time.Minute,
 			IdleConnTimeout:       90 * time.Second,
 		}}
+		d.http = &http.Client{Transport: d.trust}
 	}
 	return d, nil
 }

@@ -189,18 +189,23 @@ func (d *Daemon) startDownload(ctx context.Context, v *view, slot string) {
 	dctx, cancel := context.WithCancel(ctx)
 	dl := &download{target: *v.target, slot: slot, cancel: cancel, started: v.now}
 	d.dl = dl
-	source := v.c.Spec.Releases.Source
+	source, caBundle := v.c.Spec.Releases.Source, v.c.Spec.Settings.CABundle
 	log.Info("Downloading release into the other slot", "source", source)
 	d.event(v.m, v.c, "Normal", ReasonDownloadStarted, "Download", "Downloading release %s from %s into slot %s", v.target.Version, source, slot)
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		err := d.runDownload(klog.NewContext(dctx, log), dl, source)
+		err := d.runDownload(klog.NewContext(dctx, log), dl, source, caBundle)
 		d.downloadDone(ctx, dl, err)
 	}()
 }
 
-func (d *Daemon) runDownload(ctx context.Context, dl *download, source string) error {
+func (d *Daemon) runDownload(ctx context.Context, dl *download, source, caBundle string) error {
+	if d.trust != nil {
+		if err := d.trust.Use(caBundle); err != nil {
+			return err
+		}
+	}
 	// No byte goes into the inactive slot while the boot loader could
 	// still try it: a power cut mid-write would boot half a release.
 	d.mu.Lock()

@@ -101,16 +101,35 @@ type NetworkSpec struct {
 	// Disruption class: Reboot.
 	// +optional
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
-	// ClusterDNS is the IP address of the cluster's DNS service, such as
-	// 10.96.0.10, inside serviceCIDR. Every machine's kubelet gives it to
-	// pods as their name server, with the domain cluster.local; liken runs
-	// no DNS server at that address yet. Disruption class: Reboot.
+	// ClusterDNS is the IP address of the cluster's DNS service, inside
+	// serviceCIDR; default its tenth address (10.96.0.10 of 10.96.0.0/16).
+	// liken's CoreDNS answers there (the Service kube-system/kube-dns), and
+	// every machine's kubelet gives it to pods as their name server, with
+	// the domain cluster.local. Leaders create that Service with the value
+	// liken install wrote on their disk: set it before the fleet is
+	// installed. Disruption class: Reboot.
 	// +optional
 	ClusterDNS string `json:"clusterDNS,omitempty"`
 }
 
 // SharedSettings are applied on every machine of the cluster.
 type SharedSettings struct {
+	// DNSServers are the name servers machines resolve names with, each an
+	// IP address with an optional port (192.0.2.53, 192.0.2.53:5353,
+	// [2001:db8::53]:53), in order; at most 8. Empty: the servers DHCP
+	// gives, if any. Pods whose dnsPolicy is Default and the cluster DNS's
+	// forwarding reach them through the machine's own resolver.
+	// Disruption class: Live.
+	// +optional
+	DNSServers []string `json:"dnsServers,omitempty"`
+	// CABundle holds PEM certificates of certificate authorities that
+	// machines and cluster-operator trust besides the public ones the image
+	// carries: for a release channel or a registry mirror whose certificate
+	// a private CA signed. Disruption class: Live (liken-node and
+	// cluster-operator read the channel with it at once; containerd trusts
+	// it for registry mirrors from its next start).
+	// +optional
+	CABundle string `json:"caBundle,omitempty"`
 	// NTPServers are the time servers machines synchronise with.
 	// Disruption class: Live.
 	// +optional

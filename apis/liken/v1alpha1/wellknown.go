@@ -171,6 +171,33 @@ func (n *NetworkSpec) ServiceCIDROrDefault() string {
 	return n.ServiceCIDR
 }
 
+// ClusterDNSOrDefault is spec.network.clusterDNS, or its default: the
+// tenth address of the service range (10.96.0.10 of 10.96.0.0/16). The
+// error says why the service range holds no such address.
+func (n *NetworkSpec) ClusterDNSOrDefault() (string, error) {
+	if n.ClusterDNS != "" {
+		return n.ClusterDNS, nil
+	}
+	return DefaultClusterDNS(n.ServiceCIDROrDefault())
+}
+
+// DefaultClusterDNS is the tenth address of serviceCIDR, the cluster DNS
+// address when spec.network.clusterDNS is unset.
+func DefaultClusterDNS(serviceCIDR string) (string, error) {
+	p, err := netip.ParsePrefix(serviceCIDR)
+	if err != nil {
+		return "", fmt.Errorf("serviceCIDR %q is not a CIDR such as %s", serviceCIDR, DefaultServiceCIDR)
+	}
+	a := p.Masked().Addr()
+	for range 10 {
+		a = a.Next()
+	}
+	if !p.Contains(a) {
+		return "", fmt.Errorf("serviceCIDR %s holds no tenth address for the cluster DNS: give a larger range, or set clusterDNS", serviceCIDR)
+	}
+	return a.String(), nil
+}
+
 // EndpointURL is spec.network.endpoint as an https URL with a port:
 // host:port becomes https://host:port, a URL without a port gets its
 // scheme's (443 for https), and a lone trailing / goes. Anything else is

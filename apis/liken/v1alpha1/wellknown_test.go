@@ -122,3 +122,29 @@ func TestPodCIDROrDefault(t *testing.T) {
 	assert.Check(t, is.Equal((&NetworkSpec{}).PodCIDROrDefault(), DefaultPodCIDR))
 	assert.Check(t, is.Equal((&NetworkSpec{PodCIDR: "10.42.0.0/16"}).PodCIDROrDefault(), "10.42.0.0/16"))
 }
+
+func TestClusterDNSOrDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       NetworkSpec
+		want    string
+		wantErr string
+	}{
+		{name: "default range", n: NetworkSpec{}, want: "10.96.0.10"},
+		{name: "own range, host bits ignored", n: NetworkSpec{ServiceCIDR: "10.43.7.9/16"}, want: "10.43.0.10"},
+		{name: "IPv6", n: NetworkSpec{ServiceCIDR: "fd00:10:96::/112"}, want: "fd00:10:96::a"},
+		{name: "set", n: NetworkSpec{ServiceCIDR: "10.43.0.0/16", ClusterDNS: "10.43.0.53"}, want: "10.43.0.53"},
+		{name: "range too small", n: NetworkSpec{ServiceCIDR: "10.96.0.0/29"}, wantErr: "serviceCIDR 10.96.0.0/29 holds no tenth address for the cluster DNS"},
+		{name: "not a range", n: NetworkSpec{ServiceCIDR: "10.96.0.0"}, wantErr: `serviceCIDR "10.96.0.0" is not a CIDR`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.n.ClusterDNSOrDefault()
+			if tc.wantErr != "" {
+				assert.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			assert.NilError(t, err)
+			assert.Check(t, is.Equal(got, tc.want))
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"liken.sh/liken/internal/command"
+	"liken.sh/liken/manifests"
 	"liken.sh/liken/node/controlplane"
 	"liken.sh/liken/version"
 )
@@ -282,7 +283,16 @@ func (f *controlPlaneFlags) init(cmd *cobra.Command) error {
 			clientURLs = append(clientURLs, l.EtcdClient)
 		}
 	}
+	dns, err := cfg.ClusterDNSOrDefault()
+	if err != nil {
+		return err
+	}
+	addons, err := manifests.DNSObjects(dns)
+	if err != nil {
+		return err
+	}
 	return controlplane.Init(cmd.Context(), controlplane.InitOptions{
+		Addons:     addons,
 		Kube:       kube,
 		TokenFile:  filepath.Join(f.leaderDir, controlplane.IdentityDir, controlplane.TokenFile),
 		Name:       cfg.Machine,
