@@ -28,6 +28,9 @@ const (
 	KindSegment = "segment"
 	// KindNames is the VM lab's name server (liken lab serve-dns).
 	KindNames = "dns"
+	// KindRegistry is the VM lab's image registry (liken lab
+	// serve-registry).
+	KindRegistry = "registry"
 )
 
 // State is what a running lab records in <lab dir>/lab.json; `liken lab
@@ -46,6 +49,13 @@ type State struct {
 	// Endpoint is the URL of the VM lab's API endpoint on this computer,
 	// which forwards to a ready leader.
 	Endpoint string `json:"endpoint,omitempty"`
+	// Registry is where the VM lab's machines pull the lab's registry's
+	// images, RegistryName:PORT; an image copied into RegistryDir as
+	// REPOSITORY:TAG is pulled as Registry/REPOSITORY:TAG.
+	Registry string `json:"registry,omitempty"`
+	// RegistryDir is the OCI image layout folder the VM lab's registry
+	// serves.
+	RegistryDir string `json:"registryDir,omitempty"`
 	// ChannelDir is the directory the channel serves.
 	ChannelDir string `json:"channelDir"`
 	// Processes are the processes the lab started.

@@ -8,6 +8,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/internal/trust"
 )
@@ -60,7 +61,7 @@ func TestFleetDocumentsPack(t *testing.T) {
 			if o.vm {
 				caPEM, _, _, err := channelCertificate(t.TempDir())
 				assert.NilError(t, err)
-				settings = vmSettings(5353, caPEM)
+				settings = vmSettings(5353, 5000, caPEM)
 			}
 			if o.vm && o.leaders > 1 {
 				reach = map[string]string{}
@@ -76,6 +77,9 @@ func TestFleetDocumentsPack(t *testing.T) {
 			assert.Assert(t, is.Len(errs, 0), "%v", errs)
 			if o.vm {
 				assert.Check(t, is.DeepEqual(cluster.Cluster.Spec.Settings.DNSServers, []string{"10.0.2.2:5353"}))
+				assert.Check(t, is.DeepEqual(cluster.Cluster.Spec.Settings.RegistryMirrors, []likenv1.RegistryMirror{
+					{Registry: "registry.liken.internal:5000", Endpoints: []string{"http://registry.liken.internal:5000"}},
+				}), "the lab's registry, over plain http")
 				_, err := trust.Pool(cluster.Cluster.Spec.Settings.CABundle)
 				assert.Check(t, err, "the lab's CA bundle")
 			}

@@ -98,7 +98,11 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	if err != nil {
 		return err
 	}
-	dnsPort, err := startNames(ctx, st, bins, ChannelName+"="+qemu.HostAddress)
+	regPort, err := startRegistry(ctx, st, bins)
+	if err != nil {
+		return err
+	}
+	dnsPort, err := startNames(ctx, st, bins, ChannelName+"="+qemu.HostAddress, RegistryName+"="+qemu.HostAddress)
 	if err != nil {
 		return err
 	}
@@ -142,7 +146,7 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	// the endpoint and the channel through QEMU's address of this computer.
 	endpoint := fmt.Sprintf("%s:%d", qemu.HostAddress, epPort)
 	source := fmt.Sprintf("https://%s:%d", ChannelName, chPort)
-	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, vmSettings(dnsPort, caPEM)))
+	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, vmSettings(dnsPort, regPort, caPEM)))
 	if err != nil {
 		return err
 	}
@@ -381,12 +385,35 @@ func startNames(ctx context.Context, st *State, bins binaries, pairs ...string) 
 	return waitPort(ctx, "the lab's name server", portFile, p.PID)
 }
 
+// startRegistry starts the lab's image registry, serving the folder
+// registry of the lab, records it in st and returns its loopback port.
+func startRegistry(ctx context.Context, st *State, bins binaries) (int, error) {
+	portFile := filepath.Join(st.Dir, "registry.port")
+	st.RegistryDir = filepath.Join(st.Dir, "registry")
+	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-registry", "--dir", st.RegistryDir, "--port-file", portFile},
+		filepath.Join(st.Dir, "registry.log"), true)
+	if err != nil {
+		return 0, err
+	}
+	p.Kind, p.Name = KindRegistry, "registry"
+	st.Processes = append(st.Processes, *p)
+	port, err := waitPort(ctx, "the lab's registry", portFile, p.PID)
+	if err != nil {
+		return 0, err
+	}
+	st.Registry = fmt.Sprintf("%s:%d", RegistryName, port)
+	return port, nil
+}
+
 // vmSettings is the VM lab's Cluster spec.settings block: the lab's name
-// server, which QEMU's user network reaches on this computer's loopback,
-// and the lab's channel CA.
-func vmSettings(dnsPort int, caPEM []byte) string {
+// server and registry, which QEMU's user network reaches on this
+// computer's loopback (the registry over plain http, as a mirror of
+// itself), and the lab's channel CA.
+func vmSettings(dnsPort, registryPort int, caPEM []byte) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  settings:\n    dnsServers: [\"%s:%d\"]\n    caBundle: |\n", qemu.HostAddress, dnsPort)
+	fmt.Fprintf(&b, "  settings:\n    dnsServers: [\"%s:%d\"]\n", qemu.HostAddress, dnsPort)
+	fmt.Fprintf(&b, "    registryMirrors:\n    - registry: \"%[1]s:%[2]d\"\n      endpoints: [\"http://%[1]s:%[2]d\"]\n", RegistryName, registryPort)
+	b.WriteString("    caBundle: |\n")
 	for _, l := range strings.Split(strings.TrimSpace(string(caPEM)), "\n") {
 		b.WriteString("      " + l + "\n")
 	}

@@ -192,12 +192,12 @@ func labUp(t *testing.T, name string, machines, leaders int) *userLab {
 	assert.NilError(t, json.Unmarshal([]byte(l.run("lab", "status", "--name", name, "-o", "json")), &l.st))
 	assert.Assert(t, l.st.VM)
 	// This computer runs only the channel, the endpoint, the segment's
-	// switch, the lab's name server and QEMU.
+	// switch, the lab's name server and registry, and QEMU.
 	kinds := map[string]int{}
 	for _, p := range l.st.Processes {
 		kinds[p.Kind]++
 	}
-	assert.DeepEqual(t, kinds, map[string]int{clilab.KindChannel: 1, clilab.KindEndpoint: 1, clilab.KindSegment: 1, clilab.KindNames: 1, clilab.KindMachine: machines})
+	assert.DeepEqual(t, kinds, map[string]int{clilab.KindChannel: 1, clilab.KindEndpoint: 1, clilab.KindSegment: 1, clilab.KindNames: 1, clilab.KindRegistry: 1, clilab.KindMachine: machines})
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range l.st.Machines {

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"liken.sh/liken/image"
+	"liken.sh/liken/image/debian"
 	"liken.sh/liken/image/initramfs"
 	"liken.sh/liken/image/oci"
 	"liken.sh/liken/manifests"
@@ -395,28 +396,10 @@ func (b *builder) ownBinaries() (map[string]string, error) {
 // debianRoot returns the Debian root tarball, building it with mmdebstrap
 // when the cache has none for this package list.
 func (b *builder) debianRoot() (string, error) {
-	sum := sha256.Sum256([]byte(suite + " " + strings.Join(debianPackages, ",")))
-	tarball := filepath.Join(b.cache, "debian-"+suite+"-"+hex.EncodeToString(sum[:6])+".tar")
-	if _, err := os.Stat(tarball); err == nil {
-		b.step("Debian root: cached in %s", tarball)
-		return tarball, nil
-	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		return "", errors.New("mmdebstrap is missing: apt-get install mmdebstrap (hack/install-deps.sh does)")
-	}
-	b.step("Installing Debian %s packages with mmdebstrap: %s (a minute or two, once)", suite, strings.Join(debianPackages, " "))
-	args := []string{"--mode=root", "--format=tar", "--variant=minbase", "--include=" + strings.Join(debianPackages, ","),
+	return debian.Root(b.cache, suite, debianPackages, []string{
 		// Debian's initramfs is not used: liken's is built from liken-boot.
-		`--essential-hook=chroot "$1" dpkg-divert --quiet --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true "$1/usr/sbin/update-initramfs"`,
-	}
-	for _, p := range []string{"/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*"} {
-		args = append(args, "--dpkgopt=path-exclude="+p)
-	}
-	args = append(args, suite, tarball+".tmp")
-	if err := run("", "mmdebstrap", args...); err != nil {
-		return "", err
-	}
-	return tarball, os.Rename(tarball+".tmp", tarball)
+		`chroot "$1" dpkg-divert --quiet --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true "$1/usr/sbin/update-initramfs"`,
+	}, b.step)
 }
 
 // takeKernel moves the kernel out of the root's /boot and returns it with

@@ -9,8 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
+	"strings"
+
+	"liken.sh/liken/internal/atomicfile"
 )
 
 // Media types of the OCI image specification.
@@ -20,7 +25,8 @@ const (
 	mediaLayer    = "application/vnd.oci.image.layer.v1.tar"
 )
 
-// Image is a single-layer image for linux/amd64.
+// Image is an image for linux/amd64: its own layer, over a base layer if
+// it has one.
 type Image struct {
 	// Name is the image's full reference, such as liken.sh/pause:3.10.
 	Name string
@@ -31,6 +37,17 @@ type Image struct {
 	Data map[string][]byte
 	// Entrypoint is the command the container runs.
 	Entrypoint []string
+	// Cmd is the command's default arguments (or the command, without an
+	// Entrypoint).
+	Cmd []string
+	// Env is the container's environment, NAME=VALUE.
+	Env []string
+	// Dirs are empty folders the layer holds, writable by everyone (with
+	// the sticky bit, as /tmp).
+	Dirs []string
+	// Base is a layer under the image's own: an uncompressed tar archive
+	// of a root, such as Debian's (nil: none).
+	Base []byte
 	// User is the user the container runs as, such as "65532:65532"
 	// (empty: root). A pod that must not run as root needs a numeric one.
 	User string
@@ -52,67 +69,13 @@ func digest(b []byte) string {
 // archive names the image with the annotation containerd's import reads
 // (io.containerd.image.name) and the standard tag annotation.
 func (img Image) Write(w io.Writer) error {
-	var layer bytes.Buffer
-	lt := tar.NewWriter(&layer)
-	type entry struct {
-		mode int64
-		data []byte
-		dir  bool
-	}
-	entries := map[string]entry{}
-	addFiles := func(files map[string][]byte, mode int64) {
-		for n, b := range files {
-			entries[n] = entry{mode: mode, data: b}
-			// Each folder above it, so the file's parents have a mode.
-			for d := path.Dir(n); d != "." && d != "/"; d = path.Dir(d) {
-				entries[d+"/"] = entry{mode: 0o755, dir: true}
-			}
-		}
-	}
-	addFiles(img.Files, 0o755)
-	addFiles(img.Data, 0o644)
-	names := make([]string, 0, len(entries))
-	for n := range entries {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		e := entries[n]
-		h := &tar.Header{Name: n, Mode: e.mode, Size: int64(len(e.data)), Typeflag: tar.TypeReg}
-		if e.dir {
-			h.Typeflag = tar.TypeDir
-		}
-		if err := lt.WriteHeader(h); err != nil {
-			return err
-		}
-		if _, err := lt.Write(e.data); err != nil {
-			return err
-		}
-	}
-	if err := lt.Close(); err != nil {
-		return err
-	}
-	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64",
-		"os":           "linux",
-		"config":       imageConfig(img),
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{digest(layer.Bytes())}},
-	})
-	if err != nil {
-		return err
-	}
-	manifest, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     mediaManifest,
-		"config":        descriptor{MediaType: mediaConfig, Digest: digest(config), Size: len(config)},
-		"layers":        []descriptor{{MediaType: mediaLayer, Digest: digest(layer.Bytes()), Size: layer.Len()}},
-	})
-	if err != nil {
-		return err
-	}
 	_, tag, ok := cutTag(img.Name)
 	if !ok {
 		return fmt.Errorf("image name %q has no tag", img.Name)
+	}
+	manifest, blobs, err := img.blobs()
+	if err != nil {
+		return err
 	}
 	index, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
@@ -135,26 +98,166 @@ func (img Image) Write(w io.Writer) error {
 		_, err := tw.Write(b)
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		b    []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", index},
-		{blob(manifest), manifest},
-		{blob(config), config},
-		{blob(layer.Bytes()), layer.Bytes()},
-	} {
-		if err := add(f.name, f.b); err != nil {
+	if err := add("oci-layout", []byte(layoutVersion)); err != nil {
+		return err
+	}
+	if err := add("index.json", index); err != nil {
+		return err
+	}
+	for _, b := range append([][]byte{manifest}, blobs...) {
+		if err := add(blob(b), b); err != nil {
 			return err
 		}
 	}
 	return tw.Close()
 }
 
+// layoutVersion is the oci-layout file of every layout liken writes.
+const layoutVersion = `{"imageLayoutVersion":"1.0.0"}`
+
+// blobs returns the image's manifest and the blobs it names: its
+// configuration, the base layer if any, and its own layer.
+func (img Image) blobs() (manifest []byte, blobs [][]byte, err error) {
+	layer, err := img.layer()
+	if err != nil {
+		return nil, nil, err
+	}
+	layers := [][]byte{layer}
+	if img.Base != nil {
+		layers = [][]byte{img.Base, layer}
+	}
+	var diffIDs []string
+	var descs []descriptor
+	for _, l := range layers {
+		diffIDs = append(diffIDs, digest(l))
+		descs = append(descs, descriptor{MediaType: mediaLayer, Digest: digest(l), Size: len(l)})
+	}
+	config, err := json.Marshal(map[string]any{
+		"architecture": "amd64",
+		"os":           "linux",
+		"config":       imageConfig(img),
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": diffIDs},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	manifest, err = json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     mediaManifest,
+		"config":        descriptor{MediaType: mediaConfig, Digest: digest(config), Size: len(config)},
+		"layers":        descs,
+	})
+	return manifest, append([][]byte{config}, layers...), err
+}
+
+// layer is the image's own layer: its Files, Data and Dirs as an
+// uncompressed tar archive.
+func (img Image) layer() ([]byte, error) {
+	var layer bytes.Buffer
+	lt := tar.NewWriter(&layer)
+	type entry struct {
+		mode int64
+		data []byte
+		dir  bool
+	}
+	entries := map[string]entry{}
+	parents := func(n string) {
+		// Each folder above it, so the file's parents have a mode.
+		for d := path.Dir(n); d != "." && d != "/"; d = path.Dir(d) {
+			entries[d+"/"] = entry{mode: 0o755, dir: true}
+		}
+	}
+	addFiles := func(files map[string][]byte, mode int64) {
+		for n, b := range files {
+			entries[n] = entry{mode: mode, data: b}
+			parents(n)
+		}
+	}
+	addFiles(img.Files, 0o755)
+	addFiles(img.Data, 0o644)
+	for _, d := range img.Dirs {
+		entries[strings.TrimSuffix(d, "/")+"/"] = entry{mode: 0o1777, dir: true}
+		parents(strings.TrimSuffix(d, "/"))
+	}
+	names := make([]string, 0, len(entries))
+	for n := range entries {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		e := entries[n]
+		h := &tar.Header{Name: n, Mode: e.mode, Size: int64(len(e.data)), Typeflag: tar.TypeReg}
+		if e.dir {
+			h.Typeflag = tar.TypeDir
+		}
+		if err := lt.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := lt.Write(e.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := lt.Close(); err != nil {
+		return nil, err
+	}
+	return layer.Bytes(), nil
+}
+
+// WriteLayout writes images into the OCI image layout folder dir, as a
+// registry serves it (liken lab serve-registry): each blob once, then
+// index.json naming each image by its Name (repository:tag, without a
+// registry host) in org.opencontainers.image.ref.name. index.json is
+// written last and whole, so a reader never sees an image whose blobs are
+// missing.
+func WriteLayout(dir string, images []Image) error {
+	for _, img := range images {
+		if _, _, ok := cutTag(img.Name); !ok {
+			return fmt.Errorf("image name %q has no tag", img.Name)
+		}
+	}
+	var index []descriptor
+	for _, img := range images {
+		manifest, blobs, err := img.blobs()
+		if err != nil {
+			return err
+		}
+		for _, b := range append([][]byte{manifest}, blobs...) {
+			p := filepath.Join(dir, filepath.FromSlash(blob(b)))
+			if _, err := os.Stat(p); err == nil {
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			if err := atomicfile.Write(p, b, 0o644); err != nil {
+				return err
+			}
+		}
+		index = append(index, descriptor{MediaType: mediaManifest, Digest: digest(manifest), Size: len(manifest),
+			Annotations: map[string]string{"org.opencontainers.image.ref.name": img.Name}})
+	}
+	b, err := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": index})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, "oci-layout"), []byte(layoutVersion), 0o644); err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, "index.json"), b, 0o644)
+}
+
 // imageConfig is the image configuration's config object.
 func imageConfig(img Image) map[string]any {
 	c := map[string]any{"Entrypoint": img.Entrypoint}
+	if img.Cmd != nil {
+		c["Cmd"] = img.Cmd
+	}
+	if img.Env != nil {
+		c["Env"] = img.Env
+	}
 	if img.User != "" {
 		c["User"] = img.User
 	}

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -132,4 +134,47 @@ func readTar(t *testing.T, b []byte) []tarEntry {
 		assert.NilError(t, err)
 		out = append(out, tarEntry{name: h.Name, mode: h.Mode, dir: h.Typeflag == tar.TypeDir, body: string(body)})
 	}
+}
+
+// TestWriteLayoutSharesTheBase: images over one base layer hold it once in
+// the layout folder, each manifest names it first, and index.json names
+// each image as REPOSITORY:TAG; an image without a tag is refused before
+// anything is written.
+func TestWriteLayoutSharesTheBase(t *testing.T) {
+	dir := t.TempDir()
+	base := bytes.Repeat([]byte("debian"), 1000)
+	assert.NilError(t, WriteLayout(dir, []Image{
+		{Name: "e2e-test-images/agnhost:2.66.1", Base: base, Files: map[string][]byte{"agnhost": []byte("a")}, Dirs: []string{"uploads"}},
+		{Name: "e2e-test-images/nginx:1.27.0-2", Base: base, Cmd: []string{"nginx", "-g", "daemon off;"}},
+	}))
+	var index struct {
+		Manifests []struct {
+			Digest      string
+			Annotations map[string]string
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	assert.NilError(t, err)
+	assert.NilError(t, json.Unmarshal(b, &index))
+	var names []string
+	for _, m := range index.Manifests {
+		names = append(names, m.Annotations["org.opencontainers.image.ref.name"])
+		mb, err := os.ReadFile(filepath.Join(dir, "blobs", "sha256", strings.TrimPrefix(m.Digest, "sha256:")))
+		assert.NilError(t, err)
+		var manifest struct{ Layers []struct{ Digest string } }
+		assert.NilError(t, json.Unmarshal(mb, &manifest))
+		assert.Equal(t, manifest.Layers[0].Digest, digest(base), "%s's first layer", names[len(names)-1])
+	}
+	assert.DeepEqual(t, names, []string{"e2e-test-images/agnhost:2.66.1", "e2e-test-images/nginx:1.27.0-2"})
+	blobs, err := os.ReadDir(filepath.Join(dir, "blobs", "sha256"))
+	assert.NilError(t, err)
+	// The base once, then per image a manifest, a configuration and a
+	// layer of its own.
+	assert.Equal(t, len(blobs), 1+2*3)
+
+	empty := t.TempDir()
+	err = WriteLayout(empty, []Image{{Name: "pause:3.10.2"}, {Name: "e2e-test-images/agnhost"}})
+	assert.ErrorContains(t, err, `image name "e2e-test-images/agnhost" has no tag`)
+	left, _ := os.ReadDir(empty)
+	assert.Equal(t, len(left), 0, "a refused image writes nothing")
 }
