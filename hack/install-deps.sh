@@ -9,7 +9,9 @@
 #   hack/install-deps.sh test   (the default) all of make test's: the above,
 #                               plus mmdebstrap, gcc, libseccomp-dev and
 #                               pkg-config (make image: the Debian root, a
-#                               static runc with seccomp), openssl and curl
+#                               static runc with seccomp), openssl, curl
+#                               and nftables (node/changes' test of the
+#                               kubernetes Service route on the kernel)
 #
 # kubectl and the control plane are built from the pinned sources in
 # hack/kube (make build); Go modules come from the module proxy; the QEMU
@@ -30,6 +32,7 @@ test)
     command -v pkg-config >/dev/null || need+=(pkg-config)
     command -v openssl >/dev/null || need+=(openssl)
     command -v curl >/dev/null || need+=(curl)
+    command -v nft >/dev/null || need+=(nftables)
     ;;
 *)
     echo "usage: hack/install-deps.sh [lab|test] (got \"$target\")" >&2

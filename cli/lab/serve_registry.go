@@ -46,7 +46,6 @@ func newRegistryCommand() *cobra.Command {
 			srv := &http.Server{
 				Handler:           registry.Handler{Dir: dir},
 				ReadHeaderTimeout: 10 * time.Second,
-				BaseContext:       func(net.Listener) context.Context { return klog.NewContext(cmd.Context(), logger) },
 			}
 			klog.SetLogger(logger)
 			go func() {

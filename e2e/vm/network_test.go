@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/poll"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -30,9 +31,10 @@ import (
 // Service by its ClusterIP and by its name through the cluster DNS, the
 // NodePort on each machine's address, the kubernetes Service's name and a
 // name outside the cluster (the lab's channel, through the machine's
-// resolver); kubectl logs reaches each machine; and cluster-operator, in a
-// pod, reads the release channel over https by name with the Cluster's CA
-// bundle.
+// resolver); the kubernetes Service's endpoints are the leader's API
+// server; kubectl logs reaches each machine; and cluster-operator, in a
+// pod, reaches the API through the kubernetes Service and reads the
+// release channel over https by name with the Cluster's CA bundle.
 func TestNetworkAcrossMachines(t *testing.T) {
 	l := labUp(t, "net", 2, 1)
 	ctx := t.Context()
@@ -55,6 +57,28 @@ func TestNetworkAcrossMachines(t *testing.T) {
 	}
 	assert.Equal(t, len(addresses), 2, "each Node has an internal address: %v", addresses)
 	assert.Assert(t, addresses[l.st.Machines[0].Name] != addresses[l.st.Machines[1].Name], "the machines share the address %v", addresses)
+
+	// The kubernetes Service's endpoints are the leader's API server at
+	// its Node's address: kube-proxy routes the Service as any other.
+	leader := addresses[l.st.Machines[0].Name]
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		eps, err := l.kube.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
+		if err != nil {
+			return poll.Continue("the kubernetes Service's EndpointSlices: %v", err)
+		}
+		var got []string
+		for _, s := range eps.Items {
+			for _, e := range s.Endpoints {
+				for _, p := range s.Ports {
+					got = append(got, fmt.Sprintf("%s:%d", strings.Join(e.Addresses, ","), ptr.Deref(p.Port, 0)))
+				}
+			}
+		}
+		if want := leader + ":6443"; len(got) != 1 || got[0] != want {
+			return poll.Continue("the kubernetes Service's endpoints are %v, not the leader's API server %s", got, want)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(time.Second))
 
 	// Two replicas, one on each machine, and their Services.
 	labels := map[string]string{"app": "net"}

@@ -65,6 +65,24 @@ func digest(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// content is a blob with its digest, computed once.
+type content struct {
+	digest string
+	data   []byte
+}
+
+func newContent(b []byte) content { return content{digest: digest(b), data: b} }
+
+// path is where the blob goes in an OCI image layout.
+func (c content) path() string {
+	return path.Join("blobs", "sha256", strings.TrimPrefix(c.digest, "sha256:"))
+}
+
+// descriptor describes the blob with mediaType.
+func (c content) descriptor(mediaType string) descriptor {
+	return descriptor{MediaType: mediaType, Digest: c.digest, Size: len(c.data)}
+}
+
 // Write writes the image as an OCI image layout tar archive to w. The
 // archive names the image with the annotation containerd's import reads
 // (io.containerd.image.name) and the standard tag annotation.
@@ -80,7 +98,7 @@ func (img Image) Write(w io.Writer) error {
 	index, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"manifests": []descriptor{{
-			MediaType: mediaManifest, Digest: digest(manifest), Size: len(manifest),
+			MediaType: mediaManifest, Digest: manifest.digest, Size: len(manifest.data),
 			Annotations: map[string]string{
 				"io.containerd.image.name":          img.Name,
 				"org.opencontainers.image.ref.name": tag,
@@ -104,8 +122,8 @@ func (img Image) Write(w io.Writer) error {
 	if err := add("index.json", index); err != nil {
 		return err
 	}
-	for _, b := range append([][]byte{manifest}, blobs...) {
-		if err := add(blob(b), b); err != nil {
+	for _, c := range append([]content{manifest}, blobs...) {
+		if err := add(c.path(), c.data); err != nil {
 			return err
 		}
 	}
@@ -117,20 +135,21 @@ const layoutVersion = `{"imageLayoutVersion":"1.0.0"}`
 
 // blobs returns the image's manifest and the blobs it names: its
 // configuration, the base layer if any, and its own layer.
-func (img Image) blobs() (manifest []byte, blobs [][]byte, err error) {
-	layer, err := img.layer()
+func (img Image) blobs() (manifest content, blobs []content, err error) {
+	data, err := img.layer()
 	if err != nil {
-		return nil, nil, err
+		return content{}, nil, err
 	}
-	layers := [][]byte{layer}
+	layers := []content{newContent(data)}
 	if img.Base != nil {
-		layers = [][]byte{img.Base, layer}
+		layers = []content{newContent(img.Base), layers[0]}
 	}
 	var diffIDs []string
 	var descs []descriptor
 	for _, l := range layers {
-		diffIDs = append(diffIDs, digest(l))
-		descs = append(descs, descriptor{MediaType: mediaLayer, Digest: digest(l), Size: len(l)})
+		// Uncompressed layers: each one's diff ID is its digest.
+		diffIDs = append(diffIDs, l.digest)
+		descs = append(descs, l.descriptor(mediaLayer))
 	}
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
@@ -139,15 +158,16 @@ func (img Image) blobs() (manifest []byte, blobs [][]byte, err error) {
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": diffIDs},
 	})
 	if err != nil {
-		return nil, nil, err
+		return content{}, nil, err
 	}
-	manifest, err = json.Marshal(map[string]any{
+	cfg := newContent(config)
+	m, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     mediaManifest,
-		"config":        descriptor{MediaType: mediaConfig, Digest: digest(config), Size: len(config)},
+		"config":        cfg.descriptor(mediaConfig),
 		"layers":        descs,
 	})
-	return manifest, append([][]byte{config}, layers...), err
+	return newContent(m), append([]content{cfg}, layers...), err
 }
 
 // layer is the image's own layer: its Files, Data and Dirs as an
@@ -221,20 +241,21 @@ func WriteLayout(dir string, images []Image) error {
 		if err != nil {
 			return err
 		}
-		for _, b := range append([][]byte{manifest}, blobs...) {
-			p := filepath.Join(dir, filepath.FromSlash(blob(b)))
+		for _, c := range append([]content{manifest}, blobs...) {
+			p := filepath.Join(dir, filepath.FromSlash(c.path()))
 			if _, err := os.Stat(p); err == nil {
 				continue
 			}
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				return err
 			}
-			if err := atomicfile.Write(p, b, 0o644); err != nil {
+			if err := atomicfile.Write(p, c.data, 0o644); err != nil {
 				return err
 			}
 		}
-		index = append(index, descriptor{MediaType: mediaManifest, Digest: digest(manifest), Size: len(manifest),
-			Annotations: map[string]string{"org.opencontainers.image.ref.name": img.Name}})
+		d := manifest.descriptor(mediaManifest)
+		d.Annotations = map[string]string{"org.opencontainers.image.ref.name": img.Name}
+		index = append(index, d)
 	}
 	b, err := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": index})
 	if err != nil {
@@ -262,11 +283,6 @@ func imageConfig(img Image) map[string]any {
 		c["User"] = img.User
 	}
 	return c
-}
-
-func blob(b []byte) string {
-	sum := sha256.Sum256(b)
-	return path.Join("blobs", "sha256", hex.EncodeToString(sum[:]))
 }
 
 // cutTag splits name:tag, where the tag follows the last colon after the

@@ -53,15 +53,21 @@ type OS struct {
 	lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// ServiceChain is liken's nat chain that sends the kubernetes Service
-// (the first address of the service range, port 443) to the Cluster's
-// endpoint. With no kube-proxy on a machine, it is how a pod's in-cluster
-// client reaches the API. PREROUTING (pods) and OUTPUT (host-network
-// processes) jump to it.
-const ServiceChain = "LIKEN-SERVICES"
+// ServiceTable is liken's nftables table (family ip) that sends the
+// kubernetes Service (the first address of the service range, port 443)
+// to the Cluster's endpoint while kube-proxy does not route it: at a
+// machine's first boot, until kube-proxy starts, and whenever kube-proxy
+// has not written its table. Its chains hook prerouting (pods) and output
+// (host-network processes) at ServicePriority, after kube-proxy's nat
+// chains (dstnat, -100). The kernel runs a later nat chain only for a
+// connection that no earlier one translated, so once kube-proxy routes the
+// Service, its endpoints (every leader's API server, from the kubernetes
+// EndpointSlice) take every new connection and this table takes none.
+// `nft list table ip liken` shows it on a machine.
+const ServiceTable = "liken"
 
-// serviceJumps are the nat chains that jump to ServiceChain.
-var serviceJumps = []string{"PREROUTING", "OUTPUT"}
+// ServicePriority is the priority of ServiceTable's chains: dstnat + 10.
+const ServicePriority = -90
 
 // PodMasqueradeChain is liken's nat chain that masquerades pods' traffic
 // leaving the Cluster's pod range (spec.network.podCIDR): a pod's packet
@@ -153,7 +159,8 @@ func (o *OS) write(rel string, data []byte, mode os.FileMode) error {
 // ApplyLive writes the sysctls to /proc/sys, the NTP servers to a
 // systemd-timesyncd drop-in (restarting timesyncd when they changed), the
 // name servers to a systemd-resolved drop-in (restarting resolved) and the
-// CA bundle to CABundleFile.
+// CA bundle to CABundleFile, which the registry mirrors' hosts.toml then
+// name (containerd reads them at every pull).
 func (o *OS) ApplyLive(ctx context.Context, cfg Config, changed []Change) error {
 	if err := o.sysctls(cfg.Settings.Sysctls); err != nil {
 		return err
@@ -165,7 +172,7 @@ func (o *OS) ApplyLive(ctx context.Context, cfg Config, changed []Change) error 
 				return err
 			}
 		case FieldCABundle:
-			if err := o.caBundle(cfg.Settings.CABundle); err != nil {
+			if err := o.trust(cfg.Settings); err != nil {
 				return err
 			}
 		}
@@ -277,6 +284,26 @@ func (o *OS) caBundle(pemBundle string) error {
 	return o.write(CABundleFile, []byte(pemBundle), 0o644)
 }
 
+// trust writes the Cluster's CA bundle (caBundle) and the registry
+// mirrors' hosts.toml that name it (registries), in the order that never
+// leaves a hosts.toml naming a file that is not there: a new bundle
+// first, the mirrors first when the bundle goes.
+func (o *OS) trust(s likenv1.SharedSettings) error {
+	steps := []func() error{
+		func() error { return o.caBundle(s.CABundle) },
+		func() error { return o.registries(s) },
+	}
+	if s.CABundle == "" {
+		slices.Reverse(steps)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // agentFiles writes the node agent's configuration from the RestartK3s
 // settings: settings.k3sArgs, one kubelet argument a line, and a
 // containerd hosts.toml per settings.registryMirrors entry. Both live on
@@ -290,18 +317,29 @@ func (o *OS) agentFiles(cfg Config) error {
 		}
 		args.WriteString(a + "\n")
 	}
-	hosts := map[string][]byte{}
-	for _, m := range cfg.Settings.RegistryMirrors {
-		dir, toml, err := registryHosts(m)
-		if err != nil {
-			return err
-		}
-		hosts[dir] = toml
-	}
 	// Arguments may carry secrets (a token): readable by root only, as the
 	// mirrors.
 	if err := o.write(AgentArgsFile, args.Bytes(), 0o600); err != nil {
 		return err
+	}
+	return o.registries(cfg.Settings)
+}
+
+// registries writes a containerd hosts.toml per settings.registryMirrors
+// entry (writeRegistries); with a settings.caBundle, each https mirror
+// trusts it besides the public CAs.
+func (o *OS) registries(s likenv1.SharedSettings) error {
+	var ca string
+	if s.CABundle != "" {
+		ca = "/" + CABundleFile
+	}
+	hosts := map[string][]byte{}
+	for _, m := range s.RegistryMirrors {
+		dir, toml, err := registryHosts(m, ca)
+		if err != nil {
+			return err
+		}
+		hosts[dir] = toml
 	}
 	return o.writeRegistries(hosts)
 }
@@ -314,13 +352,14 @@ var registryName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(
 // settings.registryMirrors entry, or nil; the Cluster's schema refuses the
 // same entries.
 func ValidateRegistryMirror(m likenv1.RegistryMirror) error {
-	_, _, err := registryHosts(m)
+	_, _, err := registryHosts(m, "")
 	return err
 }
 
 // registryHosts is the folder name and hosts.toml of one mirror entry:
-// the mirrors in order, then the registry itself.
-func registryHosts(m likenv1.RegistryMirror) (string, []byte, error) {
+// the mirrors in order, then the registry itself. Each https mirror
+// trusts the CA file ca too, unless ca is "".
+func registryHosts(m likenv1.RegistryMirror, ca string) (string, []byte, error) {
 	dir := m.Registry
 	if dir == "*" {
 		dir = "_default"
@@ -335,6 +374,9 @@ func registryHosts(m likenv1.RegistryMirror) (string, []byte, error) {
 			return "", nil, fmt.Errorf("settings.registryMirrors: %s: endpoint %q is not an http or https URL", m.Registry, e)
 		}
 		fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", e)
+		if ca != "" && u.Scheme == "https" {
+			fmt.Fprintf(&b, "  ca = %q\n", ca)
+		}
 	}
 	return dir, b.Bytes(), nil
 }
@@ -429,10 +471,11 @@ func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
 // Boot loads the kernel modules, writes the network configuration, mounts
 // the data disks (making a filesystem only on a disk that has none),
 // writes the banner, the Live settings and k3s's files, installs the pods'
-// masquerade (podMasquerade), installs the kubernetes Service route
-// (serviceRoute) once the network is configured, and last gives the
-// kubelet the cluster DNS address (kubeletNetwork), restarting it. Every step can run
-// again: Boot runs at every boot and again after a failed boot apply.
+// masquerade (podMasquerade), installs the kubernetes Service's route to
+// the endpoint for while kube-proxy does not route it (serviceRoute) once
+// the network is configured, and last gives the kubelet the cluster DNS
+// address (kubeletNetwork), restarting it. Every step can run again: Boot
+// runs at every boot and again after a failed boot apply.
 func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	for _, m := range cfg.KernelModules {
 		if !moduleName.MatchString(m.Name) {
@@ -491,7 +534,7 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	if _, err := o.dns(ctx, cfg.Settings.DNSServers); err != nil {
 		return err
 	}
-	if err := o.caBundle(cfg.Settings.CABundle); err != nil {
+	if err := o.trust(cfg.Settings); err != nil {
 		return err
 	}
 	if err := o.agentFiles(cfg); err != nil {
@@ -577,18 +620,18 @@ func (o *OS) podMasquerade(ctx context.Context, n likenv1.NetworkSpec) error {
 		{"-m", "addrtype", "--src-type", "LOCAL", "-j", "RETURN"},
 		{"-j", "MASQUERADE"},
 	}
-	if err := o.natChain(ctx, tables, PodMasqueradeChain, rules, []string{"POSTROUTING"}); err != nil {
+	if err := o.natChain(ctx, tables, PodMasqueradeChain, rules, "POSTROUTING"); err != nil {
 		return fmt.Errorf("installing the pods' masquerade (traffic leaving %s): %w", p.Masked(), err)
 	}
 	return nil
 }
 
 // natChain makes the nat chain hold exactly rules, in order, and makes
-// each of the jumps chains jump to it once. The chain is made when tables
-// (iptables or ip6tables) cannot list it, then flushed and refilled; a
-// jump is added only when -C does not find it. Every call waits for the
-// xtables lock.
-func (o *OS) natChain(ctx context.Context, tables, chain string, rules [][]string, jumps []string) error {
+// the chain from jump to it once. The chain is made when tables (iptables
+// or ip6tables) cannot list it, then flushed and refilled; the jump is
+// added only when -C does not find it. Every call waits for the xtables
+// lock.
+func (o *OS) natChain(ctx context.Context, tables, chain string, rules [][]string, from string) error {
 	nat := func(args ...string) error {
 		return o.run(ctx, tables, append([]string{"-w", "-t", "nat"}, args...)...)
 	}
@@ -606,21 +649,18 @@ func (o *OS) natChain(ctx context.Context, tables, chain string, rules [][]strin
 			return err
 		}
 	}
-	for _, c := range jumps {
-		if nat("-C", c, "-j", chain) == nil {
-			continue
-		}
-		if err := nat("-A", c, "-j", chain); err != nil {
-			return err
-		}
+	if nat("-C", from, "-j", chain) == nil {
+		return nil
 	}
-	return nil
+	return nat("-A", from, "-j", chain)
 }
 
-// serviceRoute makes ServiceChain hold exactly one DNAT rule, from the
-// first service address's TCP port 443 to the endpoint's address and port
-// (a name resolved now, to its first IPv4 address), and makes PREROUTING
-// and OUTPUT jump to it once (natChain). IPv4 only.
+// serviceRoute makes ServiceTable hold exactly its two chains, each with
+// one DNAT rule from the first service address's TCP port 443 to the
+// endpoint's address and port (a name resolved now, to its first IPv4
+// address). One nft command replaces the table in one transaction (made
+// if missing, deleted, made again), so a failure leaves the table as it
+// was and a second Boot leaves the same. IPv4 only.
 func (o *OS) serviceRoute(ctx context.Context, n likenv1.NetworkSpec) error {
 	cidr := n.ServiceCIDROrDefault()
 	svc, err := likenv1.FirstServiceIP(cidr)
@@ -634,11 +674,22 @@ func (o *OS) serviceRoute(ctx context.Context, n likenv1.NetworkSpec) error {
 	if err != nil {
 		return fmt.Errorf("the kubernetes Service route: %w", err)
 	}
-	rule := []string{"-d", svc.String() + "/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to.String()}
-	if err := o.natChain(ctx, "iptables", ServiceChain, [][]string{rule}, serviceJumps); err != nil {
+	addr, _ := netip.AddrFromSlice(svc.To4())
+	if err := o.run(ctx, "nft", ServiceRuleset(addr, to)); err != nil {
 		return fmt.Errorf("installing the kubernetes Service route (%s:443 → %s): %w", svc, to, err)
 	}
 	return nil
+}
+
+// ServiceRuleset is the nft script that replaces ServiceTable: the
+// Service address svc's TCP port 443 to the endpoint to, in prerouting
+// and output at ServicePriority.
+func ServiceRuleset(svc netip.Addr, to netip.AddrPort) string {
+	chain := func(name, hook string) string {
+		return fmt.Sprintf("chain %s { type nat hook %s priority %d; policy accept; ip daddr %s tcp dport 443 dnat to %s; }; ", name, hook, ServicePriority, svc, to)
+	}
+	return fmt.Sprintf("table ip %[1]s; delete table ip %[1]s; table ip %[1]s { %s%s}", ServiceTable,
+		chain("kubernetes-service-prerouting", "prerouting"), chain("kubernetes-service-output", "output"))
 }
 
 // endpointAddr is the IPv4 address and port of spec.network.endpoint

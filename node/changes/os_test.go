@@ -78,18 +78,15 @@ func TestOSApplier(t *testing.T) {
 		"iptables -w -t nat -A LIKEN-POD-MASQ -m addrtype --src-type LOCAL -j RETURN",
 		"iptables -w -t nat -A LIKEN-POD-MASQ -j MASQUERADE",
 		"iptables -w -t nat -C POSTROUTING -j LIKEN-POD-MASQ",
-		"iptables -w -t nat -S LIKEN-SERVICES",
-		"iptables -w -t nat -F LIKEN-SERVICES",
-		"iptables -w -t nat -A LIKEN-SERVICES -d 10.43.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:6443",
-		"iptables -w -t nat -C PREROUTING -j LIKEN-SERVICES",
-		"iptables -w -t nat -C OUTPUT -j LIKEN-SERVICES",
+		"nft " + ServiceRuleset(netip.MustParseAddr("10.43.0.1"), netip.MustParseAddrPort("10.0.0.10:6443")),
 		"systemctl try-restart kubelet.service",
 	})
 }
 
 // TestOSResolverAndTrust: the Cluster's name servers reach the machine's
 // resolver, which restarts only when they changed; its CA bundle reaches
-// the machine's trusted certificates; a bad value changes nothing.
+// the machine's trusted certificates and its https registry mirrors; a bad
+// value changes nothing.
 func TestOSResolverAndTrust(t *testing.T) {
 	var log cmdLog
 	o := &OS{Root: t.TempDir(), Run: log.run, stat: blockDeviceStat}
@@ -129,25 +126,36 @@ func TestOSResolverAndTrust(t *testing.T) {
 	ca, err := pki.NewCA("a private CA", time.Now(), time.Hour)
 	assert.NilError(t, err)
 	cfg.Settings.DNSServers = nil
+	cfg.Settings.RegistryMirrors = []likenv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"https://mirror.example.com", "http://plain.example.com:5000"}}}
+	mirrors := filepath.Join(AgentRegistriesDir, "docker.io", "hosts.toml")
+	const https = "\n[host.\"https://mirror.example.com\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+	const plain = "\n[host.\"http://plain.example.com:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+	assert.NilError(t, o.RestartK3s(ctx, cfg, nil))
+	assert.Check(t, is.Equal(read(mirrors), "# Written by liken-node from the Cluster's settings.registryMirrors.\n"+https+plain))
 	cfg.Settings.CABundle = string(ca.CertPEM())
 	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldCABundle}}))
 	assert.Check(t, is.Equal(read(CABundleFile), string(ca.CertPEM())))
+	// containerd reads hosts.toml at every pull: the https mirror trusts
+	// the bundle at once.
+	assert.Check(t, is.Equal(read(mirrors), "# Written by liken-node from the Cluster's settings.registryMirrors.\n"+https+"  ca = \"/etc/ssl/certs/liken-ca-bundle.pem\"\n"+plain))
 	cfg.Settings.CABundle = "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"
 	assert.ErrorContains(t, o.Boot(ctx, cfg), "settings.caBundle")
 	assert.Check(t, is.Equal(read(CABundleFile), string(ca.CertPEM())), "a refused bundle leaves the last one")
 	cfg.Settings.CABundle = ""
 	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldCABundle}}))
 	assert.Check(t, is.Equal(read(CABundleFile), "<none>"))
+	assert.Check(t, is.Equal(read(mirrors), "# Written by liken-node from the Cluster's settings.registryMirrors.\n"+https+plain), "no mirror names a bundle that is gone")
 }
 
 // fakeNAT is the nat tables of iptables and ip6tables, as far as the
-// kubernetes Service route and the pods' masquerade use them: chains of
-// rules, and each command failing where iptables fails, with exit status
-// 1. Other commands succeed.
+// pods' masquerade uses them: chains of rules, and each command failing
+// where iptables fails, with exit status 1; and the nft scripts run (the
+// kubernetes Service route), which succeed. Other commands succeed.
 type fakeNAT struct {
 	chains  map[string][]string // iptables' nat table
 	chains6 map[string][]string // ip6tables' nat table
-	cmds    []string            // the iptables and ip6tables commands run
+	cmds    []string            // the iptables, ip6tables and nft commands run
+	nft     []string            // the nft scripts run, in order
 	fail    string              // a command that fails, by its start
 }
 
@@ -172,7 +180,7 @@ func (f *fakeNAT) only(chain string) []string {
 func (f *fakeNAT) run(_ context.Context, name string, args ...string) error {
 	chains := f.chains
 	switch name {
-	case "iptables":
+	case "iptables", "nft":
 	case "ip6tables":
 		chains = f.chains6
 	default:
@@ -181,7 +189,11 @@ func (f *fakeNAT) run(_ context.Context, name string, args ...string) error {
 	cmd := strings.Join(append([]string{name}, args...), " ")
 	f.cmds = append(f.cmds, cmd)
 	if f.fail != "" && strings.HasPrefix(cmd, f.fail) {
-		return fmt.Errorf("%s: exit status 4: iptables: Resource temporarily unavailable.", cmd)
+		return fmt.Errorf("%s: exit status 4: %s: Resource temporarily unavailable.", cmd, name)
+	}
+	if name == "nft" {
+		f.nft = append(f.nft, args...)
+		return nil
 	}
 	if len(args) < 5 || args[0] != "-w" || args[1] != "-t" || args[2] != "nat" {
 		return fmt.Errorf("%s: not a command the fake knows", cmd)
@@ -242,77 +254,47 @@ func fakeLookup(_ context.Context, network, host string) ([]netip.Addr, error) {
 }
 
 // TestOSBootServiceRoute: Boot sends the first service address's port 443
-// to the endpoint with a chain of liken's own, and a second Boot (every
-// boot, and a retry after a failed one) leaves the same rules, none twice.
+// to the endpoint with a table of liken's own, replaced whole by one nft
+// command at every Boot (every boot, a retry after a failed one, a new
+// endpoint), in chains after kube-proxy's.
 func TestOSBootServiceRoute(t *testing.T) {
-	const (
-		s = "iptables -w -t nat -S LIKEN-SERVICES"
-		n = "iptables -w -t nat -N LIKEN-SERVICES"
-		f = "iptables -w -t nat -F LIKEN-SERVICES"
-	)
-	jumps := []string{
-		"iptables -w -t nat -C PREROUTING -j LIKEN-SERVICES",
-		"iptables -w -t nat -A PREROUTING -j LIKEN-SERVICES",
-		"iptables -w -t nat -C OUTPUT -j LIKEN-SERVICES",
-		"iptables -w -t nat -A OUTPUT -j LIKEN-SERVICES",
-	}
-	checks := []string{jumps[0], jumps[2]}
+	assert.Equal(t, ServiceRuleset(netip.MustParseAddr("10.96.0.1"), netip.MustParseAddrPort("10.0.0.10:6443")),
+		"table ip liken; delete table ip liken; table ip liken { "+
+			"chain kubernetes-service-prerouting { type nat hook prerouting priority -90; policy accept; ip daddr 10.96.0.1 tcp dport 443 dnat to 10.0.0.10:6443; }; "+
+			"chain kubernetes-service-output { type nat hook output priority -90; policy accept; ip daddr 10.96.0.1 tcp dport 443 dnat to 10.0.0.10:6443; }; }")
 	for _, tc := range []struct {
 		name, endpoint, serviceCIDR string
-		rule                        string // the DNAT rule's arguments
+		svc, to                     string // the DNAT rule's
 	}{
-		{"an IP endpoint and the default range", "https://10.0.0.10:6443", "",
-			"-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:6443"},
-		{"host:port and the Cluster's range", "10.0.2.2:7443", "10.43.0.0/16",
-			"-d 10.43.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:7443"},
-		{"a URL without a port", "https://10.0.0.10", "10.96.0.0/12",
-			"-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.10:443"},
-		{"a name, to its first IPv4 address", "https://api.example.com:6443/", "",
-			"-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.20:6443"},
+		{"an IP endpoint and the default range", "https://10.0.0.10:6443", "", "10.96.0.1", "10.0.0.10:6443"},
+		{"host:port and the Cluster's range", "10.0.2.2:7443", "10.43.0.0/16", "10.43.0.1", "10.0.2.2:7443"},
+		{"a URL without a port", "https://10.0.0.10", "10.96.0.0/12", "10.96.0.1", "10.0.0.10:443"},
+		{"a name, to its first IPv4 address", "https://api.example.com:6443/", "", "10.96.0.1", "10.0.0.20:6443"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nat := newFakeNAT()
 			o := &OS{Root: sysRoot(t), Run: nat.run, stat: blockDeviceStat, lookup: fakeLookup}
 			cfg := base()
 			cfg.Network.Endpoint, cfg.Network.ServiceCIDR = tc.endpoint, tc.serviceCIDR
-			add := "iptables -w -t nat -A LIKEN-SERVICES " + tc.rule
-			want := map[string][]string{
-				"LIKEN-SERVICES": {tc.rule}, "PREROUTING": {"-j LIKEN-SERVICES"}, "OUTPUT": {"-j LIKEN-SERVICES"},
+			want := ServiceRuleset(netip.MustParseAddr(tc.svc), netip.MustParseAddrPort(tc.to))
+			assert.NilError(t, o.Boot(context.Background(), cfg))
+			assert.NilError(t, o.Boot(context.Background(), cfg))
+			assert.DeepEqual(t, nat.nft, []string{want, want})
+			// No iptables rule for the Service.
+			assert.DeepEqual(t, nat.chains, map[string][]string{
+				"PREROUTING": nil, "OUTPUT": nil,
 				"LIKEN-POD-MASQ": podMasq("10.42.0.0/16"), "POSTROUTING": {"-j LIKEN-POD-MASQ"},
-			}
-
-			assert.NilError(t, o.Boot(context.Background(), cfg))
-			assert.DeepEqual(t, nat.only("LIKEN-SERVICES"), append([]string{s, n, f, add}, jumps...))
-			assert.DeepEqual(t, nat.chains, want)
-
-			nat.cmds = nil
-			assert.NilError(t, o.Boot(context.Background(), cfg))
-			assert.DeepEqual(t, nat.only("LIKEN-SERVICES"), append([]string{s, f, add}, checks...))
-			assert.DeepEqual(t, nat.chains, want)
+			})
 		})
 	}
-}
-
-// TestOSBootServiceRouteFollowsTheEndpoint: a Boot with another endpoint
-// (a Reboot change) replaces the rule rather than adding one.
-func TestOSBootServiceRouteFollowsTheEndpoint(t *testing.T) {
-	nat := newFakeNAT()
-	o := &OS{Root: sysRoot(t), Run: nat.run, stat: blockDeviceStat}
-	cfg := base()
-	assert.NilError(t, o.Boot(context.Background(), cfg))
-	cfg.Network.Endpoint, cfg.Network.ServiceCIDR = "10.0.0.30:6443", "10.100.0.0/16"
-	assert.NilError(t, o.Boot(context.Background(), cfg))
-	assert.DeepEqual(t, nat.chains["LIKEN-SERVICES"], []string{"-d 10.100.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.0.30:6443"})
-	assert.DeepEqual(t, nat.chains["PREROUTING"], []string{"-j LIKEN-SERVICES"})
-	assert.DeepEqual(t, nat.chains["OUTPUT"], []string{"-j LIKEN-SERVICES"})
 }
 
 func TestOSBootServiceRouteErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, endpoint, serviceCIDR string
-		fail                        string // the iptables command that fails
+		fail                        string // the command that fails
 		want                        string
-		ran                         int // iptables commands run
+		ran                         int // nft commands run
 	}{
 		{name: "no endpoint", want: "the kubernetes Service route: the Cluster's spec.network.endpoint is empty; set it"},
 		{name: "a name with no address", endpoint: "empty.example.com:6443",
@@ -325,10 +307,8 @@ func TestOSBootServiceRouteErrors(t *testing.T) {
 		{name: "a service range too small", endpoint: "10.0.0.10:6443", serviceCIDR: "10.96.0.0/32",
 			want: `the kubernetes Service route: spec.network.serviceCIDR "10.96.0.0/32" holds no address for the kubernetes Service`},
 		{name: "an endpoint without a port", endpoint: "http://10.0.0.10", want: `endpoint "http://10.0.0.10" has no port`},
-		{name: "iptables failing", endpoint: "10.0.2.2:6443", fail: "iptables -w -t nat -A LIKEN-SERVICES", ran: 4,
-			want: "installing the kubernetes Service route (10.96.0.1:443 → 10.0.2.2:6443): iptables -w -t nat -A LIKEN-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:6443: exit status 4"},
-		{name: "a jump refused", endpoint: "10.0.2.2:6443", fail: "iptables -w -t nat -A OUTPUT", ran: 8,
-			want: "installing the kubernetes Service route (10.96.0.1:443 → 10.0.2.2:6443): iptables -w -t nat -A OUTPUT -j LIKEN-SERVICES: exit status 4"},
+		{name: "nft failing", endpoint: "10.0.2.2:6443", fail: "nft", ran: 1,
+			want: "installing the kubernetes Service route (10.96.0.1:443 → 10.0.2.2:6443): nft table ip liken; delete table ip liken; table ip liken { chain kubernetes-service-prerouting { type nat hook prerouting priority -90; policy accept; ip daddr 10.96.0.1 tcp dport 443 dnat to 10.0.2.2:6443; }; "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nat := newFakeNAT()
@@ -337,7 +317,7 @@ func TestOSBootServiceRouteErrors(t *testing.T) {
 			cfg := base()
 			cfg.Network.Endpoint, cfg.Network.ServiceCIDR = tc.endpoint, tc.serviceCIDR
 			assert.ErrorContains(t, o.Boot(context.Background(), cfg), tc.want)
-			assert.Equal(t, len(nat.only("LIKEN-SERVICES")), tc.ran, "%q", nat.cmds)
+			assert.Equal(t, len(nat.only("liken")), tc.ran, "%q", nat.cmds)
 		})
 	}
 }

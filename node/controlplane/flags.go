@@ -79,7 +79,12 @@ func APIServerArgs(cfg Config, dir string) ([]string, error) {
 		"--service-account-key-file=" + f(ServiceAccountKeyFile),
 		"--service-account-signing-key-file=" + f(ServiceAccountKeyFile),
 		"--service-cluster-ip-range=" + cfg.ServiceCIDR,
-		"--endpoint-reconciler-type=none",
+		// Every leader's API server lists its own address (that of the
+		// port with the default route, as the kubelet's Node address) in
+		// the kubernetes Service's endpoints while it runs, and drops it
+		// when it stops or its lease lapses: kube-proxy routes the Service
+		// to them.
+		"--endpoint-reconciler-type=lease",
 		"--kubelet-client-certificate=" + f(APIServerKubeletClient.Cert()),
 		"--kubelet-client-key=" + f(APIServerKubeletClient.Key()),
 		// Machines' names need not resolve: reach kubelets (logs, exec)

@@ -95,7 +95,7 @@ func TestFlags(t *testing.T) {
 				{"--service-account-key-file", dir + "/service.key"},
 				{"--service-account-signing-key-file", dir + "/service.key"},
 				{"--service-cluster-ip-range", "10.43.0.0/16"},
-				{"--endpoint-reconciler-type", "none"},
+				{"--endpoint-reconciler-type", "lease"},
 				{"--kubelet-client-certificate", dir + "/apiserver-kubelet-client.crt"},
 				{"--kubelet-client-key", dir + "/apiserver-kubelet-client.key"},
 				{"--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname"},
@@ -170,7 +170,7 @@ func TestAPIServerFlagsAlways(t *testing.T) {
 			assert.Check(t, is.Equal(m["--enable-admission-plugins"], "NodeRestriction"))
 			assert.Check(t, is.Equal(m["--authorization-mode"], "Node,RBAC"))
 			assert.Check(t, is.Equal(m["--etcd-servers"], "https://127.0.0.1:2379"), "the API server reaches only its own member")
-			assert.Check(t, is.Equal(m["--endpoint-reconciler-type"], "none"))
+			assert.Check(t, is.Equal(m["--endpoint-reconciler-type"], "lease"), "the kubernetes Service's endpoints are the running API servers")
 			assert.Check(t, is.Equal(m["--service-cluster-ip-range"], cfg.ServiceCIDR))
 			_, ok := m["--token-auth-file"]
 			assert.Check(t, !ok, "a static token file")

@@ -5,18 +5,18 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	corev1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+
+	"liken.sh/liken/internal/netnstest"
 )
 
 // inNetworkNamespace runs f on a thread in a new network namespace with
@@ -24,18 +24,7 @@ import (
 // test and gone with it.
 func inNetworkNamespace(t *testing.T, f func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The thread never returns to the pool: it ends in the test's
-		// namespace with this goroutine.
-		runtime.LockOSThread()
-		ns, err := netns.New()
-		if err != nil {
-			t.Errorf("a network namespace for the test (run as root): %v", err)
-			return
-		}
-		defer ns.Close()
+	netnstest.New(t).Run(func() {
 		port := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "lab0"}}
 		if err := netlink.LinkAdd(port); err != nil {
 			t.Errorf("adding lab0: %v", err)
@@ -51,8 +40,7 @@ func inNetworkNamespace(t *testing.T, f func()) {
 			return
 		}
 		f()
-	}()
-	<-done
+	})
 }
 
 // TestNetlink: on the kernel's routing table, the routes go through the
@@ -141,57 +129,15 @@ func TestNetlinkTunnel(t *testing.T) {
 	})
 }
 
-// machineNS is a network namespace a test made: one thread locked in it
-// runs the functions sent to do.
-type machineNS struct {
-	do chan func()
-	ns netns.NsHandle
-}
-
-// newNamespace starts a thread in a new network namespace, with lo up.
-func newNamespace(t *testing.T) *machineNS {
-	t.Helper()
-	m := &machineNS{do: make(chan func())}
-	ready := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		ns, err := netns.New()
-		if err == nil {
-			m.ns = ns
-			if lo, lerr := netlink.LinkByName("lo"); lerr == nil {
-				err = netlink.LinkSetUp(lo)
-			}
-		}
-		ready <- err
-		for f := range m.do {
-			f()
-		}
-		// The thread ends in the namespace with the goroutine.
-	}()
-	assert.NilError(t, <-ready, "a network namespace for the test (run as root)")
-	t.Cleanup(func() {
-		close(m.do)
-		m.ns.Close()
-	})
-	return m
-}
-
-// run runs f on the namespace's thread.
-func (m *machineNS) run(f func()) {
-	done := make(chan struct{})
-	m.do <- func() { defer close(done); f() }
-	<-done
-}
-
 // TestTunnelAcrossSubnets: two machines on two subnets joined by a router
 // (three network namespaces the test makes): with each one's sync on its
 // own table, a pod address of one reaches a pod address of the other
 // through the tunnel, and back.
 func TestTunnelAcrossSubnets(t *testing.T) {
-	a, b, r := newNamespace(t), newNamespace(t), newNamespace(t)
+	a, b, r := netnstest.New(t), netnstest.New(t), netnstest.New(t)
 	// veth pairs: a's eth0 to the router's a0, b's eth0 to its b0.
 	for _, m := range []struct {
-		ns       *machineNS
+		ns       *netnstest.NS
 		port     string
 		addr, gw string
 		podAddr  string
@@ -199,18 +145,18 @@ func TestTunnelAcrossSubnets(t *testing.T) {
 		{a, "a0", "10.1.0.2/24", "10.1.0.1", "10.244.1.1/24"},
 		{b, "b0", "10.2.0.2/24", "10.2.0.1", "10.244.2.1/24"},
 	} {
-		r.run(func() {
+		r.Run(func() {
 			assert.NilError(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: m.port}, PeerName: "eth0"}))
 			peer, err := netlink.LinkByName("eth0")
 			assert.NilError(t, err)
-			assert.NilError(t, netlink.LinkSetNsFd(peer, int(m.ns.ns)))
+			assert.NilError(t, netlink.LinkSetNsFd(peer, int(m.ns.Handle)))
 			port, err := netlink.LinkByName(m.port)
 			assert.NilError(t, err)
 			gw, _ := netlink.ParseAddr(m.gw + "/24")
 			assert.NilError(t, netlink.AddrAdd(port, gw))
 			assert.NilError(t, netlink.LinkSetUp(port))
 		})
-		m.ns.run(func() {
+		m.ns.Run(func() {
 			eth0, err := netlink.LinkByName("eth0")
 			assert.NilError(t, err)
 			addr, _ := netlink.ParseAddr(m.addr)
@@ -226,17 +172,17 @@ func TestTunnelAcrossSubnets(t *testing.T) {
 			assert.NilError(t, netlink.LinkSetUp(br))
 		})
 	}
-	r.run(func() { assert.NilError(t, os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)) })
+	r.Run(func() { assert.NilError(t, os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)) })
 
 	nodes := []*corev1.Node{
 		node("a", "10.244.1.0/24", internal("10.1.0.2")),
 		node("b", "10.244.2.0/24", internal("10.2.0.2")),
 	}
 	for _, m := range []struct {
-		ns   *machineNS
+		ns   *netnstest.NS
 		self string
 	}{{a, "a"}, {b, "b"}} {
-		m.ns.run(func() {
+		m.ns.Run(func() {
 			c := &Controller{self: m.self, nodes: lister(t, nodes), table: Netlink{}, events: events.NewFakeRecorder(10)}
 			_, err := c.sync(context.Background(), key)
 			assert.NilError(t, err)
@@ -244,13 +190,13 @@ func TestTunnelAcrossSubnets(t *testing.T) {
 	}
 
 	var l net.PacketConn
-	b.run(func() {
+	b.Run(func() {
 		var err error
 		l, err = net.ListenPacket("udp4", "10.244.2.1:9999")
 		assert.NilError(t, err)
 	})
 	defer l.Close()
-	a.run(func() {
+	a.Run(func() {
 		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.1.1")}, &net.UDPAddr{IP: net.ParseIP("10.244.2.1"), Port: 9999})
 		assert.NilError(t, err)
 		defer c.Close()

@@ -126,8 +126,9 @@ type SharedSettings struct {
 	// machines and cluster-operator trust besides the public ones the image
 	// carries: for a release channel or a registry mirror whose certificate
 	// a private CA signed. Disruption class: Live (liken-node and
-	// cluster-operator read the channel with it at once; containerd trusts
-	// it for registry mirrors from its next start).
+	// cluster-operator read the channel with it, and containerd pulls from
+	// an https registry mirror with it, from their next try; containerd
+	// trusts it for other registries from its next start).
 	// +optional
 	CABundle string `json:"caBundle,omitempty"`
 	// NTPServers are the time servers machines synchronise with.
