@@ -20,10 +20,10 @@ import (
 // namespace the test makes: a connection from the machine to the
 // kubernetes Service reaches the endpoint through liken's table, reaches
 // the address of a table at kube-proxy's priority (dstnat, -100, as
-// kube-proxy writes its nat-output chain) once one routes the Service, and the endpoint
-// again when that table goes; a Boot with another endpoint replaces
-// liken's rule rather than adding one. It needs root and nft (make test
-// installs nftables).
+// kube-proxy writes its nat-output chain) once one routes the Service,
+// and the endpoint again when that table goes; a Boot with another
+// endpoint replaces liken's rule rather than adding one. It needs root
+// and nft (make test installs nftables).
 func TestServiceRouteYieldsToKubeProxy(t *testing.T) {
 	netnstest.New(t).Run(func() { serviceRouteInNamespace(t) })
 }

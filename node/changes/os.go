@@ -306,9 +306,10 @@ func (o *OS) trust(s likenv1.SharedSettings) error {
 
 // agentFiles writes the node agent's configuration from the RestartK3s
 // settings: settings.k3sArgs, one kubelet argument a line, and a
-// containerd hosts.toml per settings.registryMirrors entry. Both live on
-// the slot store's partition, so the agent starts with the last
-// configuration applied at every boot, before liken-node runs.
+// containerd hosts.toml per settings.registryMirrors entry, with the CA
+// bundle they may name (trust, the one writer of both). They live on the
+// slot store's partition, so the agent starts with the last configuration
+// applied at every boot, before liken-node runs.
 func (o *OS) agentFiles(cfg Config) error {
 	var args bytes.Buffer
 	for _, a := range cfg.Settings.K3sArgs {
@@ -322,7 +323,7 @@ func (o *OS) agentFiles(cfg Config) error {
 	if err := o.write(AgentArgsFile, args.Bytes(), 0o600); err != nil {
 		return err
 	}
-	return o.registries(cfg.Settings)
+	return o.trust(cfg.Settings)
 }
 
 // registries writes a containerd hosts.toml per settings.registryMirrors
@@ -532,9 +533,6 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if _, err := o.dns(ctx, cfg.Settings.DNSServers); err != nil {
-		return err
-	}
-	if err := o.trust(cfg.Settings); err != nil {
 		return err
 	}
 	if err := o.agentFiles(cfg); err != nil {
