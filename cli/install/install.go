@@ -4,6 +4,7 @@ package install
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -149,6 +150,11 @@ device.`,
 type Options struct {
 	// Disk is the image file or block device.
 	Disk string
+	// Folder, set instead of Disk, receives the three partitions' content
+	// as folders named by their labels (liken-boot, liken-layer,
+	// liken-slots): the disk of a lab machine whose OS runs in Linux
+	// namespaces. It must not exist; it appears only once complete.
+	Folder string
 	// Release is the release for slot A: a URL or a local folder.
 	Release string
 	// Layer is the deployment layer file.
@@ -205,7 +211,17 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	step := func(format string, args ...any) {
 		fmt.Fprintf(progress, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	for flag, v := range map[string]string{"--disk": o.Disk, "--release": o.Release, "--layer": o.Layer, "--machine": o.Machine} {
+	dest := o.Disk
+	if o.Folder != "" {
+		if o.Disk != "" {
+			return nil, errors.New("give a disk or a folder, not both")
+		}
+		if _, err := os.Lstat(o.Folder); err == nil {
+			return nil, fmt.Errorf("%s already exists: a machine's folder is written new, so that nothing on it is lost", o.Folder)
+		}
+		dest = o.Folder
+	}
+	for flag, v := range map[string]string{"--disk": dest, "--release": o.Release, "--layer": o.Layer, "--machine": o.Machine} {
 		if v == "" {
 			return nil, fmt.Errorf("%s is missing", flag)
 		}
@@ -258,6 +274,10 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	}
 	step("Release %s (%s) is in Cluster %s's catalog with this digest", doc.Version, cmdutil.HumanBytes(doc.TotalSize()), cluster.Name)
 
+	if o.Folder != "" {
+		return installFolder(ctx, o, step, client, ref, target, doc, lay, leader)
+	}
+
 	// 3. The disk: not in use, big enough.
 	d, err := o.host.openDisk(o.Disk)
 	if err != nil {
@@ -300,32 +320,8 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	releaseDir := o.Release
-	if isURL(o.Release) {
-		releaseDir = filepath.Join(work, "download")
-		if err := download(ctx, client, ref, target, releaseDir, func(done, total int64) {
-			step("Downloading release %s: %s of %s", target.Version, cmdutil.HumanBytes(done), cmdutil.HumanBytes(total))
-		}); err != nil {
-			return nil, err
-		}
-	}
-	trees := map[string]string{BootLabel: filepath.Join(work, "boot"), LayerLabel: filepath.Join(work, "layer"), SlotsLabel: filepath.Join(work, "slots")}
-	for _, t := range trees {
-		if err := os.MkdirAll(t, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	step("Copying release %s into slot A and verifying every file", target.Version)
-	if err := slots.Install(ctx, trees[SlotsLabel], slots.A, releaseDir, target, slots.WithBootPartition(trees[BootLabel])); err != nil {
-		return nil, fmt.Errorf("slot A: %w", err)
-	}
-	if doc.Artifact(release.KernelPath) == nil || doc.Artifact(release.InitrdPath) == nil {
-		step("Warning: release %s has no %s and %s: GRUB will find no kernel to boot on this disk", target.Version, release.KernelPath, release.InitrdPath)
-	}
-	if err := writeBootTree(trees[BootLabel]); err != nil {
-		return nil, err
-	}
-	if err := writeLayerTree(trees[LayerLabel], lay, o.Machine, leader); err != nil {
+	trees, err := writeTrees(ctx, o, step, client, ref, target, doc, lay, leader, work)
+	if err != nil {
 		return nil, err
 	}
 
@@ -372,6 +368,70 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	}
 	step("Done")
 	return &Result{Version: target.Version, Size: size, Partitions: parts}, nil
+}
+
+// installFolder writes the partitions' content into o.Folder: first into
+// a folder beside it, renamed once complete, so that a machine's folder
+// that exists is whole.
+func installFolder(ctx context.Context, o Options, step func(string, ...any), client *http.Client, ref string, target release.Target, doc *release.Document, lay *layer.Layer, leader *controlplane.Config) (*Result, error) {
+	work, err := os.MkdirTemp(filepath.Dir(o.Folder), "."+filepath.Base(o.Folder)+".partial-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	trees, err := writeTrees(ctx, o, step, client, ref, target, doc, lay, leader, work)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(filepath.Join(work, "download")); err != nil {
+		return nil, err
+	}
+	size, err := treeSize(work)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Rename(work, o.Folder); err != nil {
+		return nil, err
+	}
+	step("Done: %s holds %s, %s and %s", o.Folder, filepath.Base(trees[BootLabel]), filepath.Base(trees[LayerLabel]), filepath.Base(trees[SlotsLabel]))
+	return &Result{Version: target.Version, Size: size}, nil
+}
+
+// writeTrees fills the three partitions' folders under work, named by
+// their labels, and returns them: slot A with the release, downloaded
+// first when it is a URL and verified file by file; the boot partition;
+// the layer partition.
+func writeTrees(ctx context.Context, o Options, step func(string, ...any), client *http.Client, ref string, target release.Target, doc *release.Document, lay *layer.Layer, leader *controlplane.Config, work string) (map[string]string, error) {
+	releaseDir := o.Release
+	if isURL(o.Release) {
+		releaseDir = filepath.Join(work, "download")
+		if err := download(ctx, client, ref, target, releaseDir, func(done, total int64) {
+			step("Downloading release %s: %s of %s", target.Version, cmdutil.HumanBytes(done), cmdutil.HumanBytes(total))
+		}); err != nil {
+			return nil, err
+		}
+	}
+	trees := map[string]string{}
+	for _, label := range []string{BootLabel, LayerLabel, SlotsLabel} {
+		trees[label] = filepath.Join(work, label)
+		if err := os.MkdirAll(trees[label], 0o755); err != nil {
+			return nil, err
+		}
+	}
+	step("Copying release %s into slot A and verifying every file", target.Version)
+	if err := slots.Install(ctx, trees[SlotsLabel], slots.A, releaseDir, target, slots.WithBootPartition(trees[BootLabel])); err != nil {
+		return nil, fmt.Errorf("slot A: %w", err)
+	}
+	if doc.Artifact(release.KernelPath) == nil || doc.Artifact(release.InitrdPath) == nil {
+		step("Warning: release %s has no %s and %s: GRUB will find no kernel to boot on this disk", target.Version, release.KernelPath, release.InitrdPath)
+	}
+	if err := writeBootTree(trees[BootLabel]); err != nil {
+		return nil, err
+	}
+	if err := writeLayerTree(trees[LayerLabel], lay, o.Machine, leader); err != nil {
+		return nil, err
+	}
+	return trees, nil
 }
 
 // catalogued refuses a release the Cluster does not catalogue with this

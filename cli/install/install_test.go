@@ -489,3 +489,48 @@ func TestDeviceInUse(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallFolder: a machine's folder (Options.Folder) holds the same
+// content as the disk's three partitions, appears only once complete, and
+// an existing folder is refused untouched.
+func TestInstallFolder(t *testing.T) {
+	f := newFixture(t)
+	lay := f.layer(t, f.targets[v1], f.targets[v2])
+	o := f.options(t, lay)
+	o.Disk = ""
+	o.Machine = "node-2"
+	o.Folder = filepath.Join(t.TempDir(), "node-2")
+	res, err := Install(context.Background(), o)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(res.Version, v1))
+
+	names, err := os.ReadDir(filepath.Dir(o.Folder))
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(names, 1), "nothing but the machine's folder is left beside it")
+	read := func(p string) []byte {
+		b, err := os.ReadFile(filepath.Join(o.Folder, p))
+		assert.NilError(t, err)
+		return b
+	}
+	st, err := boot.Decode(read(BootLabel + "/grub/grubenv"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(st, boot.State{Proven: boot.SlotA}))
+	assert.Check(t, bytes.Equal(read(BootLabel+"/A/vmlinuz"), f.files[release.KernelPath]))
+	assert.Check(t, is.Equal(string(read(LayerLabel+"/"+MachineFile)), "node-2\n"))
+	for p, b := range f.files {
+		assert.Check(t, bytes.Equal(read(SlotsLabel+"/slots/A/"+p), b), p)
+	}
+	_, err = os.Stat(filepath.Join(o.Folder, "download"))
+	assert.Check(t, os.IsNotExist(err))
+
+	// A second install into the same folder changes nothing.
+	before := read(LayerLabel + "/" + MachineFile)
+	o.Machine = "node-1"
+	_, err = Install(context.Background(), o)
+	assert.Check(t, is.ErrorContains(err, o.Folder+" already exists"))
+	assert.Check(t, bytes.Equal(read(LayerLabel+"/"+MachineFile), before))
+
+	o.Disk = filepath.Join(t.TempDir(), "disk.img")
+	_, err = Install(context.Background(), o)
+	assert.Check(t, is.ErrorContains(err, "give a disk or a folder, not both"))
+}

@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"liken.sh/liken/image/initramfs"
+	"liken.sh/liken/internal/loopdev"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/watchdog"
 )
@@ -56,15 +57,6 @@ const daemonState = "state/daemon.json"
 
 // newRoot is where the slot's root is assembled before the switch.
 const newRoot = "/root"
-
-// persistent are folders of the new root kept on the slot store, so they
-// survive a reboot: the node agent's state and identity, and a leader's
-// etcd member.
-var persistent = map[string]string{
-	"/var/lib/kubelet":    "machine/kubelet",
-	"/var/lib/containerd": "machine/containerd",
-	"/var/lib/etcd":       "machine/etcd",
-}
 
 func say(format string, args ...any) {
 	fmt.Printf("liken-boot: "+format+"\n", args...)
@@ -231,7 +223,7 @@ func assemble(slot boot.Slot, parts map[string]string) error {
 		return err
 	}
 	image := filepath.Join(store, "slots", string(slot), "rootfs.squashfs")
-	loop, release, err := attachLoop(image)
+	loop, release, err := loopdev.Attach(image)
 	if err != nil {
 		return fmt.Errorf("slot %s: %w", slot, err)
 	}
@@ -263,7 +255,7 @@ func assemble(slot boot.Slot, parts map[string]string) error {
 	if err := mount(store, newRoot+"/var/lib/liken", "", unix.MS_MOVE, ""); err != nil {
 		return err
 	}
-	for dst, src := range persistent {
+	for dst, src := range boot.Persistent {
 		src = filepath.Join(newRoot, "var/lib/liken", src)
 		if err := os.MkdirAll(src, 0o700); err != nil {
 			return err
@@ -276,38 +268,6 @@ func assemble(slot boot.Slot, parts map[string]string) error {
 		return err
 	}
 	return mount(parts[layerLabel], newRoot+"/var/lib/liken-layer", "ext4", unix.MS_RDONLY, "")
-}
-
-// attachLoop attaches a file to a free loop device, read-only, and returns
-// the device. The device detaches itself when its last user is gone: call
-// release once it is mounted.
-func attachLoop(file string) (dev string, release func(), err error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		return "", nil, err
-	}
-	defer ctl.Close()
-	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-	if err != nil {
-		return "", nil, fmt.Errorf("finding a free loop device: %w", err)
-	}
-	dev = fmt.Sprintf("/dev/loop%d", n)
-	l, err := os.OpenFile(dev, os.O_RDONLY, 0)
-	if err != nil {
-		return "", nil, err
-	}
-	cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
-	cfg.Info.Flags = unix.LO_FLAGS_READ_ONLY | unix.LO_FLAGS_AUTOCLEAR
-	if err := unix.IoctlLoopConfigure(int(l.Fd()), cfg); err != nil {
-		l.Close()
-		return "", nil, fmt.Errorf("attaching %s to %s: %w", file, dev, err)
-	}
-	return dev, func() { l.Close() }, nil
 }
 
 // switchRoot moves the kernel's file systems into the new root, makes it

@@ -1,0 +1,182 @@
+package nsmachine
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// hierarchy is one cgroup hierarchy the caller belongs to.
+type hierarchy struct {
+	mountPoint string // where the host mounts it, such as /sys/fs/cgroup/cpu
+	path       string // the caller's cgroup in it
+	fstype     string // cgroup or cgroup2
+	options    string // cgroup v1's mount options: its controllers, or none,name=NAME
+}
+
+// dir is the cgroup rel below the caller's in h.
+func (h hierarchy) dir(rel string) string {
+	return filepath.Join(h.mountPoint, h.path, rel)
+}
+
+// hierarchies lists the caller's cgroup hierarchies and where the host
+// mounts them, from /proc/self/cgroup and /proc/self/mountinfo.
+func hierarchies() ([]hierarchy, error) {
+	type mnt struct{ point, fstype, opts string }
+	var mounts []mnt
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if sep < 0 || sep+3 >= len(fields) || fields[3] != "/" {
+			continue
+		}
+		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
+			mounts = append(mounts, mnt{point: fields[4], fstype: t, opts: fields[sep+3]})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	var hs []hierarchy
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("/proc/self/cgroup: unexpected line %q", line)
+		}
+		controllers, path := parts[1], parts[2]
+		found := false
+		for _, m := range mounts {
+			opts := strings.Split(m.opts, ",")
+			switch {
+			case controllers == "" && m.fstype == "cgroup2":
+			case controllers != "" && m.fstype == "cgroup" && containsAll(opts, strings.Split(controllers, ",")):
+			default:
+				continue
+			}
+			o := controllers
+			if strings.HasPrefix(o, "name=") {
+				o = "none," + o
+			}
+			hs = append(hs, hierarchy{mountPoint: m.point, path: path, fstype: m.fstype, options: o})
+			found = true
+			break
+		}
+		if !found && controllers != "" {
+			return nil, fmt.Errorf("the cgroup hierarchy %s is not mounted on this host", controllers)
+		}
+	}
+	return hs, nil
+}
+
+func containsAll(set, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(set, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// joinCgroup moves the calling process into the cgroup rel below its own,
+// in every hierarchy, making it first.
+func joinCgroup(hs []hierarchy, rel string) error {
+	for _, h := range hs {
+		dir := h.dir(rel)
+		if err := makeCgroup(h, dir); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0o644); err != nil {
+			return fmt.Errorf("joining the cgroup %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// makeCgroup makes dir and the cgroups above it; in the cpuset hierarchy
+// each gets its parent's CPUs and memory nodes, without which no process
+// may join it.
+func makeCgroup(h hierarchy, dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := makeCgroup(h, filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("making the cgroup %s: %w", dir, err)
+	}
+	if !strings.Contains(h.options, "cpuset") {
+		return nil
+	}
+	for _, name := range []string{"cpuset.cpus", "cpuset.mems"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(dir), name))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return fmt.Errorf("giving the cgroup %s its parent's %s: %w", dir, name, err)
+		}
+	}
+	return nil
+}
+
+// RemoveCgroup removes the machine's cgroups once its processes are gone,
+// waiting up to timeout for the last of them to exit after a power-off.
+func (m *Machine) RemoveCgroup(timeout time.Duration) error {
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for _, h := range hs {
+		for {
+			err := removeTree(h.dir(m.Cgroup))
+			if err == nil || time.Now().After(deadline) {
+				if err != nil {
+					return fmt.Errorf("machine %s's processes are still in its cgroup after %s: %w", m.Name, timeout, err)
+				}
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// removeTree removes a cgroup and the cgroups below it, deepest first.
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+// Package containers tests lab machines whose OS runs in Linux namespaces
+// (cli/lab/nsmachine): liken's real OS image, its systemd as PID 1,
+// sharing the host's kernel and nothing else of the host's.
+//
+// The liken binary comes from $LIKEN_BIN (default: _output/bin of the
+// source tree) and the OS image from make image (_output/image).
+package containers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"liken.sh/liken/cli/install"
+	"liken.sh/liken/cli/lab/nsmachine"
+	"liken.sh/liken/cli/layer"
+	clirelease "liken.sh/liken/cli/release"
+	"liken.sh/liken/image"
+	"liken.sh/liken/internal/srctree"
+	"liken.sh/liken/node/boot"
+)
+
+// newMachine installs liken's OS image into a machine folder, as liken
+// install does for a disk, for a worker named name.
+func newMachine(t *testing.T, name string) *nsmachine.Machine {
+	t.Helper()
+	repo, err := srctree.Find()
+	assert.NilError(t, err)
+	img := filepath.Join(repo, "_output", "image")
+	for _, f := range image.Files {
+		if _, err := os.Stat(filepath.Join(img, f)); err != nil {
+			t.Fatalf("the OS image is not built (%v): run make image, which make test runs first", err)
+		}
+	}
+	liken, err := srctree.Binary("liken")
+	assert.NilError(t, err)
+	dir := t.TempDir()
+	rootfs := filepath.Join(img, image.RootFS)
+	relFile, err := exec.Command("unsquashfs", "-cat", rootfs, image.ReleaseFile).Output()
+	assert.NilError(t, err)
+	version, err := image.ParseReleaseFile(relFile)
+	assert.NilError(t, err)
+	rel, err := clirelease.Build(clirelease.BuildOptions{Image: rootfs, Channel: filepath.Join(dir, "channel"), Version: version},
+		clocktesting.NewFakePassiveClock(time.Now()))
+	assert.NilError(t, err)
+
+	docs := fmt.Sprintf(`apiVersion: liken.sh/v1alpha1
+kind: Cluster
+metadata: {name: ns}
+spec:
+  version: %q
+  releases:
+    source: http://channel.invalid
+    catalog: [{version: %q, digest: %q}]
+  network: {endpoint: "https://10.0.0.10:6443"}
+---
+apiVersion: liken.sh/v1alpha1
+kind: Machine
+metadata: {name: ns-0}
+spec: {cluster: ns, role: Leader, rebootPolicy: Auto}
+---
+apiVersion: liken.sh/v1alpha1
+kind: Machine
+metadata: {name: %s}
+spec: {cluster: ns, role: Worker, rebootPolicy: Auto}
+`, rel.Version, rel.Version, rel.Digest, name)
+	parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
+	assert.Assert(t, len(errs) == 0, "%v", errs)
+	cluster, machines, errs := layer.CheckFleet(parsed)
+	assert.Assert(t, len(errs) == 0, "%v", errs)
+	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: "ns"})
+	assert.NilError(t, err)
+	layerFile := filepath.Join(dir, "layer.tgz")
+	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: machines, Identity: id}).WriteFile(layerFile, false))
+	folder := filepath.Join(dir, name)
+	_, err = install.Install(context.Background(), install.Options{Folder: folder, Release: rel.Dir, Layer: layerFile, Machine: name, TempDir: dir})
+	assert.NilError(t, err)
+	assert.NilError(t, os.RemoveAll(filepath.Join(dir, "channel")))
+
+	m := &nsmachine.Machine{
+		Name: name, Dir: folder, Cgroup: fmt.Sprintf("liken-test/%s-%d", name, os.Getpid()),
+		Init: []string{liken, "lab", "ns-init"}, Console: &console{t: t, name: name},
+	}
+	t.Cleanup(func() { assert.Check(t, m.RemoveCgroup(time.Minute)) })
+	return m
+}
+
+// start powers the machine on; the test's end pulls its power.
+func start(t *testing.T, m *nsmachine.Machine) *nsmachine.Boot {
+	t.Helper()
+	b, err := m.Start()
+	assert.NilError(t, err)
+	t.Cleanup(func() {
+		_ = b.Kill()
+		_, _ = b.Wait()
+	})
+	return b
+}
+
+// console writes a machine's console to the test's log.
+type console struct {
+	t    *testing.T
+	name string
+}
+
+func (c *console) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		c.t.Logf("%s console: %s", c.name, line)
+	}
+	return len(b), nil
+}
+
+// in runs a command inside the machine: its namespaces and its root.
+func in(b *nsmachine.Boot, args ...string) (string, error) {
+	out, err := exec.Command("nsenter", append([]string{"-t", fmt.Sprint(b.PID()), "-a", "-r", "-w"}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// booted polls until the machine's systemd has named the machine from its
+// layer (liken-machine.service, the image's first unit of its own).
+func booted(t *testing.T, b *nsmachine.Boot) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		select {
+		case <-b.Ended():
+			end, err := b.Wait()
+			return poll.Error(fmt.Errorf("the machine's boot ended: %s (%v)", end, err))
+		default:
+		}
+		out, _ := in(b, "systemctl", "is-active", "liken-machine.service")
+		switch out {
+		case "active":
+			return poll.Success()
+		case "failed":
+			log, _ := in(b, "journalctl", "--no-pager", "-u", "liken-machine.service")
+			return poll.Error(fmt.Errorf("liken-machine.service failed:\n%s", log))
+		}
+		return poll.Continue("liken-machine.service is %q", out)
+	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(500*time.Millisecond))
+}
+
+// TestMachineInNamespaces boots liken's OS image in namespaces: the
+// image's systemd runs the image's units as on a real machine; the
+// machine sees its own kernel command line and boot ID and cannot change
+// the host's kernel settings; a reboot from inside boots again the slot
+// the boot state picks, a power-off ends the boot, and pulling the power
+// ends every process.
+func TestMachineInNamespaces(t *testing.T) {
+	m := newMachine(t, "ns-1")
+	hostPanic, err := os.ReadFile("/proc/sys/kernel/panic")
+	assert.NilError(t, err)
+
+	powerOn := time.Now()
+	b := start(t, m)
+	assert.Check(t, is.Equal(b.Slot, boot.SlotA))
+	booted(t, b)
+	t.Logf("ns-1: systemd named the machine %s after power-on", time.Since(powerOn).Round(time.Millisecond))
+
+	pid1, err := in(b, "cat", "/proc/1/comm")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(pid1, "systemd"), "the image's init is the machine's PID 1")
+	host, err := in(b, "hostname")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(host, "ns-1"))
+	cmdline, err := in(b, "cat", "/proc/cmdline")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(cmdline, "BOOT_IMAGE=/A/vmlinuz liken.slot=A"))
+	bootID, err := in(b, "cat", "/proc/sys/kernel/random/boot_id")
+	assert.NilError(t, err)
+	hostBootID, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	assert.NilError(t, err)
+	assert.Check(t, bootID != strings.TrimSpace(string(hostBootID)), "the machine's boot ID is the host's")
+
+	// The host's kernel: the kubelet's settings read as it wants them,
+	// and no write reaches the host.
+	kpanic, err := in(b, "cat", "/proc/sys/kernel/panic")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(kpanic, nsmachine.KernelDefaults["kernel/panic"]))
+	// (Each write puts back the value read: were it to succeed, the host
+	// would be left as it was.)
+	for _, file := range []string{"/proc/sys/kernel/panic", "/proc/sys/kernel/pid_max", "/proc/sys/vm/swappiness"} {
+		out, err := in(b, "sh", "-c", "v=$(cat "+file+") && echo $v > "+file)
+		assert.Check(t, err != nil, "writing %s from the machine: %s", file, out)
+	}
+	after, err := os.ReadFile("/proc/sys/kernel/panic")
+	assert.NilError(t, err)
+	assert.Check(t, bytes.Equal(after, hostPanic), "the machine changed the host's kernel.panic")
+	// Its own network namespace's settings are its own to change.
+	for _, file := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/kernel/hostname"} {
+		out, err := in(b, "sh", "-c", "v=$(cat "+file+") && echo $v > "+file)
+		assert.Check(t, err, "writing %s from the machine: %s", file, out)
+	}
+
+	// A reboot from inside, as liken-node asks for one.
+	_, _ = in(b, "systemctl", "reboot")
+	end, err := b.Wait()
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(end, nsmachine.Rebooted))
+	b2 := start(t, m)
+	booted(t, b2)
+	again, err := in(b2, "cat", "/proc/sys/kernel/random/boot_id")
+	assert.NilError(t, err)
+	assert.Check(t, again != bootID, "a reboot gets a new boot ID")
+
+	// A power-off from inside ends the boot for good.
+	_, _ = in(b2, "systemctl", "poweroff")
+	end, err = b2.Wait()
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(end, nsmachine.PoweredOff))
+
+	// The power, pulled.
+	b3 := start(t, m)
+	booted(t, b3)
+	assert.NilError(t, b3.Kill())
+	end, err = b3.Wait()
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(end, nsmachine.Crashed))
+}
