@@ -10,10 +10,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,11 +32,14 @@ import (
 	"liken.sh/liken/image"
 	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/slots"
+	"liken.sh/liken/release"
 )
 
 // newMachine installs liken's OS image into a machine folder, as liken
-// install does for a disk, for a worker named name.
-func newMachine(t *testing.T, name string) *nsmachine.Machine {
+// install does for a disk, for a worker named name. The release stays in
+// the returned folder for the test's end.
+func newMachine(t *testing.T, name string) (*nsmachine.Machine, *clirelease.Result) {
 	t.Helper()
 	repo, err := srctree.Find()
 	assert.NilError(t, err)
@@ -86,14 +92,13 @@ spec: {cluster: ns, role: Worker, rebootPolicy: Auto}
 	folder := filepath.Join(dir, name)
 	_, err = install.Install(context.Background(), install.Options{Folder: folder, Release: rel.Dir, Layer: layerFile, Machine: name, TempDir: dir})
 	assert.NilError(t, err)
-	assert.NilError(t, os.RemoveAll(filepath.Join(dir, "channel")))
 
 	m := &nsmachine.Machine{
 		Name: name, Dir: folder, Cgroup: fmt.Sprintf("liken-test/%s-%d", name, os.Getpid()),
 		Init: []string{liken, "lab", "ns-init"}, Console: &console{t: t, name: name},
 	}
 	t.Cleanup(func() { assert.Check(t, m.RemoveCgroup(time.Minute)) })
-	return m
+	return m, rel
 }
 
 // start powers the machine on; the test's end pulls its power.
@@ -157,7 +162,7 @@ func booted(t *testing.T, b *nsmachine.Boot) {
 // the boot state picks, a power-off ends the boot, and pulling the power
 // ends every process.
 func TestMachineInNamespaces(t *testing.T) {
-	m := newMachine(t, "ns-1")
+	m, _ := newMachine(t, "ns-1")
 	hostPanic, err := os.ReadFile("/proc/sys/kernel/panic")
 	assert.NilError(t, err)
 
@@ -226,4 +231,77 @@ func TestMachineInNamespaces(t *testing.T) {
 	end, err = b3.Wait()
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(end, nsmachine.Crashed))
+}
+
+// stage downloads rel from a channel over HTTP into the machine's slot B
+// and stages it, as liken-node does.
+func stage(t *testing.T, m *nsmachine.Machine, rel *clirelease.Result) {
+	t.Helper()
+	ctx := context.Background()
+	channel := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(rel.Dir))))
+	defer channel.Close()
+	store, err := slots.Open(ctx, filepath.Join(m.Dir, nsmachine.SlotsDir), slots.A, slots.WithBootPartition(filepath.Join(m.Dir, nsmachine.BootDir)))
+	assert.NilError(t, err)
+	target := release.Target{Version: rel.Version, Digest: rel.Digest}
+	dl, err := store.BeginDownload(slots.B, target)
+	assert.NilError(t, err)
+	_, err = (&release.Fetcher{}).Fetch(ctx, channel.URL, target, dl)
+	assert.NilError(t, err)
+	_, err = store.Stage(ctx, slots.B)
+	assert.NilError(t, err)
+}
+
+// TestFirmwareBootsATrialOnce runs a machine's firmware with a release
+// staged in slot B and its trial armed, as liken-node does before its
+// reboot: the firmware
+// boots slot B once, as a trial, and the machine's next reboot, with no
+// commit, boots its proven slot A again.
+func TestFirmwareBootsATrialOnce(t *testing.T) {
+	m, rel := newMachine(t, "ns-2")
+	stage(t, m, rel)
+	grub := boot.NewGRUB(filepath.Join(m.Dir, nsmachine.BootDir, "grub"))
+	assert.NilError(t, grub.ArmTrial(boot.SlotB))
+
+	boots := make(chan *nsmachine.Boot, 8)
+	m.Started = func(b *nsmachine.Boot) { boots <- b }
+	ctx, cancel := context.WithCancel(context.Background())
+	var runEnd nsmachine.Ending
+	var runErr error
+	ran := make(chan struct{})
+	go func() {
+		runEnd, runErr = m.Run(ctx)
+		close(ran)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+	})
+
+	b := <-boots
+	assert.Check(t, is.Equal(b.Slot, boot.SlotB))
+	assert.Check(t, b.Trial)
+	booted(t, b)
+	cmdline, err := in(b, "cat", "/proc/cmdline")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(cmdline, "BOOT_IMAGE=/B/vmlinuz liken.slot=B liken.trial=1"))
+	st, err := grub.State()
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(st.Trial, boot.Slot("")), "the firmware boots a trial once: it clears the flag as it boots it")
+
+	_, _ = in(b, "systemctl", "reboot")
+	b = <-boots
+	assert.Check(t, is.Equal(b.Slot, boot.SlotA))
+	assert.Check(t, !b.Trial)
+	booted(t, b)
+	cmdline, err = in(b, "cat", "/proc/cmdline")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(cmdline, "BOOT_IMAGE=/A/vmlinuz liken.slot=A"))
+
+	// The power, pulled: Run ends, and so does every process of the
+	// machine.
+	cancel()
+	<-ran
+	assert.NilError(t, runErr)
+	assert.Check(t, is.Equal(runEnd, nsmachine.Crashed))
+	assert.Check(t, is.ErrorContains(syscall.Kill(b.PID(), 0), "no such process"))
 }

@@ -11,14 +11,17 @@
 package nsmachine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"liken.sh/liken/node/boot"
 )
@@ -52,6 +55,8 @@ type Machine struct {
 	// Console receives the machine's console: Init's messages and
 	// systemd's status lines.
 	Console io.Writer
+	// Started, if set, is given each boot Run starts.
+	Started func(*Boot)
 }
 
 // Boot is one boot of a machine.
@@ -119,17 +124,81 @@ func (m *Machine) Start() (*Boot, error) {
 		flags |= syscall.CLONE_NEWNET
 	}
 	// Init joins its cgroup itself, then makes it the root of a new
-	// cgroup namespace: the clone cannot do both in this order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: uintptr(flags), Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting machine %s: %w", m.Name, err)
-	}
+	// cgroup namespace: the clone cannot do both in this order. A machine
+	// never outlives what powered it on: the kernel kills its init, and
+	// with it the whole machine, when the thread that started it ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: uintptr(flags), Setsid: true, Pdeathsig: syscall.SIGKILL}
 	b := &Boot{Selection: sel, cmd: cmd, ended: make(chan struct{})}
+	started := make(chan error)
 	go func() {
+		// The parent-death signal follows the starting thread, not the
+		// process: this one stays out of the Go scheduler's reach until
+		// the boot ends (a thread that another goroutine locks into a
+		// namespace and ends would otherwise take the machine with it).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		b.ending, b.err = end(cmd.Wait())
 		close(b.ended)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("starting machine %s: %w", m.Name, err)
+	}
 	return b, nil
+}
+
+// Run is the machine's firmware while its power is on: it boots the
+// machine, and boots it again after a reboot or a crash (a kernel that
+// panics restarts), until the OS powers off or ctx ends, which pulls the
+// power. Each boot is said on the console.
+func (m *Machine) Run(ctx context.Context) (Ending, error) {
+	for n := 1; ; n++ {
+		b, err := m.Start()
+		if err != nil {
+			return "", err
+		}
+		kind := "proven"
+		if b.Trial {
+			kind = "one-time trial"
+		}
+		note := ""
+		if b.Note != "" {
+			note = " (" + b.Note + ")"
+		}
+		m.say("boot %d: slot %s (%s)%s", n, b.Slot, kind, note)
+		if m.Started != nil {
+			m.Started(b)
+		}
+		select {
+		case <-b.Ended():
+		case <-ctx.Done():
+			_ = b.Kill()
+			<-b.Ended()
+			m.say("power off")
+			return Crashed, nil
+		}
+		end, err := b.Wait()
+		m.say("boot %d ended: %s%s", n, end, errNote(err))
+		if end == PoweredOff {
+			return end, nil
+		}
+	}
+}
+
+// say writes a firmware line on the machine's console.
+func (m *Machine) say(format string, args ...any) {
+	fmt.Fprintf(m.Console, "%s firmware %s: %s\n", time.Now().UTC().Format(time.RFC3339), m.Name, fmt.Sprintf(format, args...))
+}
+
+func errNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (" + err.Error() + ")"
 }
 
 // readKernelArgs reads the Cluster's kernel arguments from the boot
