@@ -50,7 +50,7 @@ labs with different names can run at once.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newUpCommand(), newPublishCommand(), newStatusCommand(), newPowerCommand(), newDownCommand(),
-		newMachineCommand(), newChannelCommand(), newEndpointCommand(), newSegmentCommand(), newDNSCommand(), newRegistryCommand(), newOperatorCommand(), newNSInitCommand())
+		newMachineCommand(), newChannelCommand(), newEndpointCommand(), newSegmentCommand(), newDNSCommand(), newRegistryCommand(), newOperatorCommand(), newNSMachineCommand(), newNSInitCommand())
 	return cmd
 }
 

@@ -9,12 +9,14 @@ package containers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,8 +128,9 @@ func (c *console) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// in runs a command inside the machine: its namespaces and its root.
-func in(b *nsmachine.Boot, args ...string) (string, error) {
+// in runs a command inside the machine whose init is b: its namespaces
+// and its root.
+func in(b interface{ PID() int }, args ...string) (string, error) {
 	out, err := exec.Command("nsenter", append([]string{"-t", fmt.Sprint(b.PID()), "-a", "-r", "-w"}, args...)...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
@@ -136,11 +139,17 @@ func in(b *nsmachine.Boot, args ...string) (string, error) {
 // layer (liken-machine.service, the image's first unit of its own).
 func booted(t *testing.T, b *nsmachine.Boot) {
 	t.Helper()
+	bootedPID(t, b, b.Ended())
+}
+
+// bootedPID is booted for a machine whose init is b, whose boot ends when
+// ended closes.
+func bootedPID(t *testing.T, b interface{ PID() int }, ended <-chan struct{}) {
+	t.Helper()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		select {
-		case <-b.Ended():
-			end, err := b.Wait()
-			return poll.Error(fmt.Errorf("the machine's boot ended: %s (%v)", end, err))
+		case <-ended:
+			return poll.Error(fmt.Errorf("the machine's boot ended"))
 		default:
 		}
 		out, _ := in(b, "systemctl", "is-active", "liken-machine.service")
@@ -304,4 +313,61 @@ func TestFirmwareBootsATrialOnce(t *testing.T) {
 	assert.NilError(t, runErr)
 	assert.Check(t, is.Equal(runEnd, nsmachine.Crashed))
 	assert.Check(t, is.ErrorContains(syscall.Kill(b.PID(), 0), "no such process"))
+}
+
+// initPID is a machine's init, by its host process ID.
+type initPID int
+
+func (p initPID) PID() int { return int(p) }
+
+// TestPowerOffKillsTheMachine runs a machine as the lab does, liken lab
+// ns-machine in a process group of its own, and pulls its power as liken
+// lab power off does, with SIGKILL to that group: the machine's init, in
+// a session of its own, dies with it, and every process of the machine
+// with the init.
+func TestPowerOffKillsTheMachine(t *testing.T) {
+	m, _ := newMachine(t, "ns-3")
+	firmware := exec.Command(m.Init[0], "lab", "ns-machine", "--name", m.Name, "--dir", m.Dir, "--cgroup", m.Cgroup)
+	firmware.Stdout, firmware.Stderr = m.Console, m.Console
+	firmware.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	assert.NilError(t, firmware.Start())
+	ended := make(chan struct{})
+	go func() {
+		_ = firmware.Wait()
+		close(ended)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-firmware.Process.Pid, syscall.SIGKILL)
+		<-ended
+	})
+
+	var pid initPID
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		b, err := os.ReadFile(filepath.Join(m.Dir, nsmachine.RunDir, nsmachine.PIDFile))
+		if err != nil {
+			return poll.Continue("no init yet: %v", err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return poll.Error(err)
+		}
+		pid = initPID(n)
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(100*time.Millisecond))
+	bootedPID(t, pid, ended)
+	others, err := in(pid, "sh", "-c", "ls -d /proc/[0-9]* | wc -l")
+	assert.NilError(t, err)
+	t.Logf("ns-3 runs %s processes", others)
+
+	assert.NilError(t, syscall.Kill(-firmware.Process.Pid, syscall.SIGKILL))
+	<-ended
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if err := syscall.Kill(pid.PID(), 0); errors.Is(err, syscall.ESRCH) {
+			return poll.Success()
+		}
+		return poll.Continue("the machine's init (pid %d) still runs", pid)
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	procs, err := m.CgroupProcs()
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(procs, 0), "processes of the machine left in its cgroup")
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -179,4 +180,50 @@ func removeTree(dir string) error {
 		return err
 	}
 	return nil
+}
+
+// CgroupProcs lists the host's process IDs of every process in the
+// machine's cgroup, in any hierarchy: none once the machine is off.
+func (m *Machine) CgroupProcs() ([]int, error) {
+	hs, err := hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int]bool{}
+	var pids []int
+	for _, h := range hs {
+		err := filepath.WalkDir(h.dir(m.Cgroup), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			for _, f := range strings.Fields(string(b)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				if !seen[pid] {
+					seen[pid] = true
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("machine %s's cgroup: %w", m.Name, err)
+		}
+	}
+	return pids, nil
 }

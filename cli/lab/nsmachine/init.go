@@ -1,6 +1,7 @@
 package nsmachine
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,9 @@ type InitOptions struct {
 	Cgroup   string    // the machine's cgroup, below Init's own
 	NetNS    string    // a network namespace to join, or ""
 	Hostname string    // the name until the image's own setup names it
+	// PowerFD, if not 0, is the power line: a pipe whose other end only
+	// the process that started the machine holds (Start passes it).
+	PowerFD int
 }
 
 // KernelDefaults are the kernel settings the kubelet sets at start when
@@ -101,6 +105,9 @@ func Init(o InitOptions) error {
 		return fmt.Errorf("detaching the host's root: %w", err)
 	}
 	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	if err := keepPowerLine(o.PowerFD); err != nil {
 		return err
 	}
 	fmt.Printf("nsmachine: slot %s's root is ready; starting /sbin/init\n", o.Slot)
@@ -297,4 +304,31 @@ func mountDev(root string) error {
 		}
 	}
 	return nil
+}
+
+// keepPowerLine makes the image's init die with the process that started
+// the machine. The parent-death signal Start asked for belongs to the
+// first thread of this process, and this one (which execs the image's
+// init) may be another: set it here, then read the power line, in case
+// the parent ended before that. The line is closed before the exec.
+func keepPowerLine(fd int) error {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("the parent-death signal: %w", err)
+	}
+	if fd == 0 {
+		return nil
+	}
+	defer unix.Close(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return fmt.Errorf("the power line: %w", err)
+	}
+	var b [1]byte
+	n, err := unix.Read(fd, b[:])
+	if err == unix.EAGAIN {
+		return nil
+	}
+	if n == 0 && err == nil {
+		return errors.New("the power is off: the process that started this machine has ended")
+	}
+	return fmt.Errorf("the power line: %w", err)
 }

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,9 @@ const (
 	// RunDir holds what one boot needs outside the image: the mount point
 	// of its root, and its kernel command line and boot ID.
 	RunDir = "run"
+	// PIDFile, in RunDir, holds the host's process ID of the running
+	// boot's init: where to enter the machine (nsenter --target).
+	PIDFile = "pid"
 )
 
 // Machine is one machine in namespaces.
@@ -116,9 +120,17 @@ func (m *Machine) Start() (*Boot, error) {
 	if err := os.WriteFile(filepath.Join(run, "boot_id"), id, 0o444); err != nil {
 		return nil, err
 	}
-	argv := append(append([]string{}, m.Init[1:]...), "--dir", m.Dir, "--slot", string(sel.Slot), "--cgroup", m.Cgroup, "--netns", m.NetNS, "--hostname", m.Name)
+	// The power line: Init's end of a pipe whose other end only this
+	// process holds. Init sees it closed when this process is gone.
+	powerIn, powerOut, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer powerIn.Close()
+	argv := append(append([]string{}, m.Init[1:]...), "--dir", m.Dir, "--slot", string(sel.Slot), "--cgroup", m.Cgroup, "--netns", m.NetNS, "--hostname", m.Name, "--power-fd", "3")
 	cmd := exec.Command(m.Init[0], argv...)
 	cmd.Stdout, cmd.Stderr = m.Console, m.Console
+	cmd.ExtraFiles = []*os.File{powerIn}
 	flags := syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
 	if m.NetNS == "" {
 		flags |= syscall.CLONE_NEWNET
@@ -126,7 +138,9 @@ func (m *Machine) Start() (*Boot, error) {
 	// Init joins its cgroup itself, then makes it the root of a new
 	// cgroup namespace: the clone cannot do both in this order. A machine
 	// never outlives what powered it on: the kernel kills its init, and
-	// with it the whole machine, when the thread that started it ends.
+	// with it the whole machine, when the thread that started it ends
+	// (Init sets the same signal again on the thread that runs the
+	// image's init, and checks the power line before it does).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: uintptr(flags), Setsid: true, Pdeathsig: syscall.SIGKILL}
 	b := &Boot{Selection: sel, cmd: cmd, ended: make(chan struct{})}
 	started := make(chan error)
@@ -138,15 +152,21 @@ func (m *Machine) Start() (*Boot, error) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
+			powerOut.Close()
 			started <- err
 			return
 		}
 		started <- nil
 		b.ending, b.err = end(cmd.Wait())
+		powerOut.Close()
 		close(b.ended)
 	}()
 	if err := <-started; err != nil {
 		return nil, fmt.Errorf("starting machine %s: %w", m.Name, err)
+	}
+	if err := os.WriteFile(filepath.Join(run, PIDFile), []byte(strconv.Itoa(b.PID())+"\n"), 0o644); err != nil {
+		_ = b.Kill()
+		return nil, err
 	}
 	return b, nil
 }
