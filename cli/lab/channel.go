@@ -32,13 +32,14 @@ func channelRate() int64 {
 // and a rate limit.
 func newChannelCommand() *cobra.Command {
 	var dir, portFile, certFile, keyFile string
+	var where listenFlags
 	cmd := &cobra.Command{
 		Use:    "serve-channel --dir DIR --port-file FILE [--tls-cert FILE --tls-key FILE]",
 		Short:  "Serve a release channel directory over HTTP(S) on loopback (started by liken lab up)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
+			l, err := where.listen()
 			if err != nil {
 				return err
 			}
@@ -73,6 +74,7 @@ func newChannelCommand() *cobra.Command {
 	cmd.MarkFlagsRequiredTogether("tls-cert", "tls-key")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagRequired("port-file")
+	where.add(cmd.Flags())
 	return cmd
 }
 

@@ -169,7 +169,7 @@ func publish(st *State, fault string) (version, digest string, err error) {
 	default:
 		return "", "", fmt.Errorf("--fault %q: choose panic (the image does not boot), no-rejoin (it boots but never rejoins) or corrupt (the channel serves bytes that do not match the release document)", fault)
 	}
-	if st.VM {
+	if st.RealImage() {
 		return publishVM(st, fault)
 	}
 	version, err = nextVersion(st.ChannelDir, time.Now())

@@ -282,6 +282,11 @@ func stopAll(st *State) {
 			p.Stop(10 * time.Second)
 		}
 	}
+	if st.Containers {
+		if err := stopContainers(st); err != nil {
+			fmt.Fprintf(os.Stderr, "warning: lab %s: %v\n", st.Name, err)
+		}
+	}
 }
 
 // powerOff cuts a machine's power: its firmware and node daemon die at
@@ -296,7 +301,7 @@ func powerOff(ctx context.Context, st *State, m *MachineInfo) error {
 		controlplane.StopPID(p.PID, 5*time.Second)
 	}
 	p.PID = 0
-	if st.VM {
+	if st.RealImage() {
 		// The real kubelet stops renewing the Node's Lease by itself.
 		return nil
 	}

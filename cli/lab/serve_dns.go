@@ -21,6 +21,7 @@ const ChannelName = "channel.liken.internal"
 func newDNSCommand() *cobra.Command {
 	var pairs []string
 	var portFile string
+	var where listenFlags
 	cmd := &cobra.Command{
 		Use:    "serve-dns --name NAME=ADDRESS... --port-file FILE",
 		Short:  "Answer the VM lab's names on a loopback UDP port (started by liken lab up --vm)",
@@ -31,7 +32,7 @@ func newDNSCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+			pc, err := where.listenPacket()
 			if err != nil {
 				return err
 			}
@@ -46,5 +47,6 @@ func newDNSCommand() *cobra.Command {
 	cmd.Flags().StringVar(&portFile, "port-file", "", "where to write the chosen port")
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("port-file")
+	where.add(cmd.Flags())
 	return cmd
 }

@@ -26,6 +26,7 @@ const RegistryName = "registry.liken.internal"
 // newRegistryCommand is the VM lab's image registry (package registry).
 func newRegistryCommand() *cobra.Command {
 	var dir, portFile string
+	var where listenFlags
 	cmd := &cobra.Command{
 		Use:    "serve-registry --dir DIR --port-file FILE",
 		Short:  "Serve the images of an OCI image layout folder to the VM lab's machines on a loopback port (started by liken lab up --vm)",
@@ -35,7 +36,7 @@ func newRegistryCommand() *cobra.Command {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			l, err := net.Listen("tcp", "127.0.0.1:0")
+			l, err := where.listen()
 			if err != nil {
 				return err
 			}
@@ -64,5 +65,6 @@ func newRegistryCommand() *cobra.Command {
 	cmd.Flags().StringVar(&portFile, "port-file", "", "where to write the chosen port")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagRequired("port-file")
+	where.add(cmd.Flags())
 	return cmd
 }

@@ -65,9 +65,21 @@ type State struct {
 	// VM is set in a lab whose machines are virtual machines running
 	// liken's OS image (liken lab up --vm).
 	VM bool `json:"vm,omitempty"`
-	// ImageDir is the OS image the VM lab publishes (make image's output).
+	// Containers is set in a lab whose machines run liken's OS image in
+	// Linux namespaces (liken lab up --containers).
+	Containers bool `json:"containers,omitempty"`
+	// NetNS is the namespace lab's own network namespace (a file), where
+	// its segment's bridge and the lab's servers are.
+	NetNS string `json:"netns,omitempty"`
+	// ImageDir is the OS image the VM and namespace labs publish (make
+	// image's output).
 	ImageDir string `json:"imageDir,omitempty"`
 }
+
+// RealImage tells whether the lab's machines run liken's real OS image
+// (virtual machines or namespaces), with their own kubelet and control
+// plane, rather than simulated machines.
+func (st *State) RealImage() bool { return st.VM || st.Containers }
 
 // MachineInfo describes one simulated machine.
 type MachineInfo struct {

@@ -33,13 +33,14 @@ import (
 )
 
 type upOptions struct {
-	name      string
-	machines  int
-	leaders   int
-	policy    string
-	operators int
-	timeout   time.Duration
-	vm        bool
+	name       string
+	machines   int
+	leaders    int
+	policy     string
+	operators  int
+	timeout    time.Duration
+	vm         bool
+	containers bool
 }
 
 func newUpCommand() *cobra.Command {
@@ -72,7 +73,18 @@ points there. The image is built with make image (as root) if it is
 missing; QEMU is fetched from Debian's packages into ~/.cache/liken/qemu.
 Each machine's console is its machine.log. Emulated leaders take minutes:
 expect 4 to 10 minutes with one leader. With one leader the API is down
-while that leader reboots.`,
+while that leader reboots.
+
+With --containers (as root), each machine runs liken's OS image in Linux
+namespaces above this computer's kernel: its own systemd, kubelet,
+container runtime, node agent and, on leaders, the control plane, from a
+folder written by liken install, at this computer's speed. The machines
+share one network segment inside a network namespace the lab makes; the
+lab's channel, registry and name server listen on its gateway, and the
+API endpoint listens there and on this computer's loopback. A leader's
+API answers about a minute after power on. What differs from a real
+machine (the kernel's settings are this computer's) is in
+docs/design/lab.md.`,
 		Example: `  # The default lab: 5 machines, 3 leaders, Manual reboots, 2 operators
   liken lab up
 
@@ -80,7 +92,10 @@ while that leader reboots.`,
   liken lab up --name big --machines 10 --reboot-policy Auto
 
   # Three virtual machines running liken's OS image
-  liken lab up --name vm --vm --machines 3 --leaders 1 --reboot-policy Auto`,
+  liken lab up --name vm --vm --machines 3 --leaders 1 --reboot-policy Auto
+
+  # Five machines in namespaces, three of them leaders with their datastore
+  sudo liken lab up --name ns --containers --machines 5 --leaders 3 --reboot-policy Auto`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return up(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -93,6 +108,7 @@ while that leader reboots.`,
 	fl.StringVar(&o.policy, "reboot-policy", "Manual", "Reboot policy of every machine: Auto or Manual.")
 	fl.IntVar(&o.operators, "operators", 2, "Number of cluster-operator copies (one leads); with --vm, the Deployment's replicas.")
 	fl.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for the Cluster to read Ready (with --vm, at least 30 minutes).")
+	fl.BoolVar(&o.containers, "containers", false, "Run each machine's OS in Linux namespaces: liken's OS image (make image) from a folder written by liken install, with its own systemd, kubelet, container runtime and, on leaders, the control plane, above this computer's kernel (root needed).")
 	fl.BoolVar(&o.vm, "vm", false, "Run each machine as a QEMU virtual machine booting liken's OS image (make image) from a disk written by liken install, the leaders running the control plane.")
 	return cmd
 }
@@ -107,6 +123,8 @@ func (o upOptions) validate() error {
 		return fmt.Errorf("--reboot-policy %q: choose Auto or Manual", o.policy)
 	case o.operators < 1 || o.operators > 5:
 		return fmt.Errorf("--operators %d: choose 1 to 5", o.operators)
+	case o.vm && o.containers:
+		return fmt.Errorf("--vm and --containers: choose one kind of machine")
 	}
 	return nil
 }
@@ -223,6 +241,9 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 
 	if o.vm {
 		return upVM(ctx, o, dir, bins, graceArgs, step, out, log)
+	}
+	if o.containers {
+		return upContainers(ctx, o, dir, bins, graceArgs, step, out, log)
 	}
 	names := machineNames(o.machines)
 	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: o.name})
@@ -405,7 +426,7 @@ func startChannel(ctx context.Context, st *State, bins binaries, tls ...string) 
 		return 0, err
 	}
 	portFile := filepath.Join(st.Dir, "channel.port")
-	args := []string{"lab", "serve-channel", "--dir", st.ChannelDir, "--port-file", portFile}
+	args := append([]string{"lab", "serve-channel", "--dir", st.ChannelDir, "--port-file", portFile}, serverArgs(st)...)
 	if len(tls) == 2 {
 		args = append(args, "--tls-cert", tls[0], "--tls-key", tls[1])
 	}
@@ -460,8 +481,12 @@ func fleetDocuments(o upOptions, endpoint, channel, version, digest string, reac
 	// A virtual machine under emulation takes a minute or more to boot,
 	// more when several share this computer's cores.
 	trial, stall := "45s", "5m"
-	if o.vm {
+	switch {
+	case o.vm:
 		trial, stall = "10m", "30m"
+	case o.containers:
+		// A leader's control plane answers about a minute after power on.
+		trial, stall = "5m", "15m"
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: liken.sh/v1alpha1
@@ -499,9 +524,12 @@ spec:
 			b.WriteString(reachAnnotations(n, leaderPorts{nodecp.APIServerPort, nodecp.EtcdClientPort, nodecp.EtcdPeerPort}))
 		}
 		fmt.Fprintf(&b, "spec:\n  cluster: %s\n  role: %s\n  rebootPolicy: %s\n", o.name, roleOf(i, o.leaders), o.policy)
-		if o.vm {
+		switch {
+		case o.vm:
 			b.WriteString(vmPorts(i))
-		} else {
+		case o.containers:
+			fmt.Fprintf(&b, "  ports:\n  - name: eth0\n    addresses: [%s/24]\n    gateway: %s\n", segmentAddress(i), segmentGateway)
+		default:
 			b.WriteString("  ports:\n  - name: eth0\n    dhcp: true\n")
 		}
 	}
@@ -568,6 +596,9 @@ func startMachineWith(st *State, m *MachineInfo, bins binaries) (*controlplane.P
 	if st.VM {
 		return startVM(st, m)
 	}
+	if st.Containers {
+		return startNSMachine(st, m, bins)
+	}
 	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "machine",
 		"--name", m.Name, "--dir", m.Dir, "--lab-dir", st.Dir,
 		"--admin-kubeconfig", st.Kubeconfig, "--node-kubeconfig", m.Kubeconfig, "--bootstrap-kubeconfig", st.BootstrapKubeconfig,
@@ -628,7 +659,7 @@ func waitClusterReady(ctx context.Context, st *State, timeout time.Duration) err
 		if err == nil {
 			ready := c.Status.Phase == v1.ClusterReady && c.Status.Machines == want
 			last = fmt.Sprintf("phase %q, machines %q", c.Status.Phase, c.Status.Machines)
-			if ready && st.VM {
+			if ready && st.RealImage() {
 				// A real kubelet registers its Node a little after
 				// liken-node reports: wait for every Node Ready too.
 				n := readyNodes(ctx, kube)

@@ -10,6 +10,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/internal/trust"
 )
 
@@ -61,7 +62,7 @@ func TestFleetDocumentsPack(t *testing.T) {
 			if o.vm {
 				caPEM, _, _, err := channelCertificate(t.TempDir())
 				assert.NilError(t, err)
-				settings = vmSettings(5353, 5000, caPEM)
+				settings = labServers{caPEM: caPEM, names: 5353, registry: 5000}.settings(qemu.HostAddress)
 			}
 			if o.vm && o.leaders > 1 {
 				reach = map[string]string{}

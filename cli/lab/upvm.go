@@ -87,26 +87,7 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 		}
 	}()
 
-	// The machines read the channel over https by name, as a fleet would:
-	// the lab's name server answers its name, and the Cluster trusts the
-	// lab's own CA (settings.caBundle).
-	caPEM, certFile, keyFile, err := channelCertificate(dir)
-	if err != nil {
-		return err
-	}
-	chPort, err := startChannel(ctx, st, bins, certFile, keyFile)
-	if err != nil {
-		return err
-	}
-	regPort, err := startRegistry(ctx, st, bins)
-	if err != nil {
-		return err
-	}
-	dnsPort, err := startNames(ctx, st, bins, ChannelName+"="+qemu.HostAddress, RegistryName+"="+qemu.HostAddress)
-	if err != nil {
-		return err
-	}
-	version, digest, err := publish(st, FaultNone)
+	srv, version, digest, err := startServers(ctx, st, bins, qemu.HostAddress)
 	if err != nil {
 		return err
 	}
@@ -145,8 +126,8 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	// The fleet's documents and its deployment layer; the machines reach
 	// the endpoint and the channel through QEMU's address of this computer.
 	endpoint := fmt.Sprintf("%s:%d", qemu.HostAddress, epPort)
-	source := fmt.Sprintf("https://%s:%d", ChannelName, chPort)
-	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, vmSettings(dnsPort, regPort, caPEM)))
+	source := fmt.Sprintf("https://%s:%d", ChannelName, srv.channel)
+	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(qemu.HostAddress)))
 	if err != nil {
 		return err
 	}
@@ -181,11 +162,48 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	}
 	step("%d virtual machines powered on; each leader has %d CPUs and %d MiB", o.machines, LeaderHardware().CPUs, LeaderHardware().MemoryMiB)
 
+	return finishUp(ctx, st, o, id, version, docsFile, graceArgs, deadline, step, out, log)
+}
+
+// labServers are the ports of a real-image lab's servers, which the
+// machines reach at one address, and the channel's CA.
+type labServers struct {
+	caPEM                    []byte
+	channel, registry, names int
+}
+
+// startServers starts the servers of a lab whose machines run liken's
+// image: the channel over https by name, as a fleet reads it (the lab's
+// name server answers its name, and the Cluster trusts the lab's own CA,
+// settings.caBundle), the registry and the name server, which answers the
+// lab's names with host, where the machines reach this computer. It
+// publishes the first release.
+func startServers(ctx context.Context, st *State, bins binaries, host string) (srv labServers, version, digest string, err error) {
+	var certFile, keyFile string
+	if srv.caPEM, certFile, keyFile, err = channelCertificate(st.Dir); err != nil {
+		return srv, "", "", err
+	}
+	if srv.channel, err = startChannel(ctx, st, bins, certFile, keyFile); err != nil {
+		return srv, "", "", err
+	}
+	if srv.registry, err = startRegistry(ctx, st, bins); err != nil {
+		return srv, "", "", err
+	}
+	if srv.names, err = startNames(ctx, st, bins, ChannelName+"="+host, RegistryName+"="+host); err != nil {
+		return srv, "", "", err
+	}
+	version, digest, err = publish(st, FaultNone)
+	return srv, version, digest, err
+}
+
+// finishUp brings a real-image lab's fleet up once its machines are
+// powered on: it waits for the leaders' API, applies liken's manifests and
+// the fleet's documents, and waits for the Cluster to read Ready.
+func finishUp(ctx context.Context, st *State, o upOptions, id *layer.Identity, version, docsFile string, graceArgs []string, deadline time.Time, step func(string, ...any), out, log io.Writer) error {
 	if err := waitAPIReady(ctx, st, id.Files["server-ca.crt"], deadline, step); err != nil {
 		return err
 	}
 	step("the leaders' API is ready at %s", st.Endpoint)
-
 	if err := applyFleet(ctx, st, o, docsFile, graceArgs, deadline); err != nil {
 		return err
 	}
@@ -193,7 +211,6 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	if len(graceArgs) > 0 {
 		step("cluster-operator runs with %s (from %s)", graceArgs[0], startupGraceEnv)
 	}
-
 	if err := waitClusterReady(ctx, st, time.Until(deadline)); err != nil {
 		return err
 	}
@@ -204,9 +221,9 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 
 // startEndpoint starts the lab's API endpoint (liken lab serve-endpoint)
 // on a free loopback port, records it in st, and returns the port.
-func startEndpoint(ctx context.Context, st *State, bins binaries, backends []string, caFile string) (int, error) {
+func startEndpoint(ctx context.Context, st *State, bins binaries, backends []string, caFile string, extra ...string) (int, error) {
 	portFile := filepath.Join(st.Dir, "endpoint.port")
-	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-endpoint", "--backends", strings.Join(backends, ","), "--ca", caFile, "--port-file", portFile},
+	p, err := controlplane.StartProcess(bins.liken, append([]string{"lab", "serve-endpoint", "--backends", strings.Join(backends, ","), "--ca", caFile, "--port-file", portFile}, extra...),
 		filepath.Join(st.Dir, "endpoint.log"), true)
 	if err != nil {
 		return 0, err
@@ -372,7 +389,7 @@ func channelCertificate(dir string) (caPEM []byte, certFile, keyFile string, err
 // pairs and returns its loopback UDP port.
 func startNames(ctx context.Context, st *State, bins binaries, pairs ...string) (int, error) {
 	portFile := filepath.Join(st.Dir, "dns.port")
-	args := []string{"lab", "serve-dns", "--port-file", portFile}
+	args := append([]string{"lab", "serve-dns", "--port-file", portFile}, serverArgs(st)...)
 	for _, p := range pairs {
 		args = append(args, "--name", p)
 	}
@@ -390,7 +407,7 @@ func startNames(ctx context.Context, st *State, bins binaries, pairs ...string) 
 func startRegistry(ctx context.Context, st *State, bins binaries) (int, error) {
 	portFile := filepath.Join(st.Dir, "registry.port")
 	st.RegistryDir = filepath.Join(st.Dir, "registry")
-	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "serve-registry", "--dir", st.RegistryDir, "--port-file", portFile},
+	p, err := controlplane.StartProcess(bins.liken, append([]string{"lab", "serve-registry", "--dir", st.RegistryDir, "--port-file", portFile}, serverArgs(st)...),
 		filepath.Join(st.Dir, "registry.log"), true)
 	if err != nil {
 		return 0, err
@@ -405,13 +422,14 @@ func startRegistry(ctx context.Context, st *State, bins binaries) (int, error) {
 	return port, nil
 }
 
-// vmSettings is the VM lab's Cluster spec.settings block: the lab's name
-// server and registry, which QEMU's user network reaches on this
-// computer's loopback (the registry over plain http, as a mirror of
-// itself), and the lab's channel CA.
-func vmSettings(dnsPort, registryPort int, caPEM []byte) string {
+// settings is a real-image lab's Cluster spec.settings block: the lab's
+// name server and registry, which the machines reach at host (QEMU's
+// address of this computer, or the segment's gateway), the registry over
+// plain http as a mirror of itself, and the lab's channel CA.
+func (srv labServers) settings(host string) string {
+	dnsPort, registryPort, caPEM := srv.names, srv.registry, srv.caPEM
 	var b strings.Builder
-	fmt.Fprintf(&b, "  settings:\n    dnsServers: [\"%s:%d\"]\n", qemu.HostAddress, dnsPort)
+	fmt.Fprintf(&b, "  settings:\n    dnsServers: [\"%s:%d\"]\n", host, dnsPort)
 	fmt.Fprintf(&b, "    registryMirrors:\n    - registry: \"%[1]s:%[2]d\"\n      endpoints: [\"http://%[1]s:%[2]d\"]\n", RegistryName, registryPort)
 	b.WriteString("    caBundle: |\n")
 	for _, l := range strings.Split(strings.TrimSpace(string(caPEM)), "\n") {

@@ -287,13 +287,22 @@ func EnsureObjects(ctx context.Context, cs kubernetes.Interface, objs []runtime.
 		case *corev1.ConfigMap:
 			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
 		case *corev1.Service:
-			_, err = cs.CoreV1().Services(o.Namespace).Create(ctx, o, opts)
-			if apierrors.IsAlreadyExists(err) {
-				if got, gerr := cs.CoreV1().Services(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{}); gerr == nil && o.Spec.ClusterIP != "" && got.Spec.ClusterIP != o.Spec.ClusterIP {
+			// Read first: the API server allocates a Service's address
+			// before it checks the name, so creating one that exists
+			// fails with "provided IP is already allocated", not as
+			// existing.
+			got, gerr := cs.CoreV1().Services(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+			switch {
+			case gerr == nil:
+				if o.Spec.ClusterIP != "" && got.Spec.ClusterIP != o.Spec.ClusterIP {
 					log.Info("The Service exists at another address than the Cluster's; it is left as it is: delete it for a leader's next boot to create it at the new one",
 						"service", klog.KObj(o), "address", got.Spec.ClusterIP, "cluster", o.Spec.ClusterIP)
 				}
+				continue
+			case !apierrors.IsNotFound(gerr):
+				return fmt.Errorf("reading %s %s: %w", kind, klog.KObj(m), gerr)
 			}
+			_, err = cs.CoreV1().Services(o.Namespace).Create(ctx, o, opts)
 		case *appsv1.Deployment:
 			_, err = cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, opts)
 		case *rbacv1.ClusterRole:

@@ -40,6 +40,10 @@ type Forwarder struct {
 	// Timeout bounds each check and each connection attempt to a backend;
 	// New sets DefaultTimeout.
 	Timeout time.Duration
+	// Dial connects to a backend, for a check or a forwarded connection;
+	// New sets a net.Dialer's. The namespace lab's dials in the lab's
+	// network namespace.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 
 	backends []string
 	client   *http.Client
@@ -78,16 +82,21 @@ func New(backends []string, ca *x509.CertPool) (*Forwarder, error) {
 	if ca == nil {
 		return nil, errors.New("no CA: give the CA that signs the API servers' certificates")
 	}
-	return &Forwarder{
+	f := &Forwarder{
 		Interval: DefaultInterval,
 		Timeout:  DefaultTimeout,
+		Dial:     (&net.Dialer{}).DialContext,
 		backends: append([]string(nil), backends...),
-		client: &http.Client{Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12},
-			DisableKeepAlives: true, // each check connects afresh, as clients do
-		}},
-		health: make([]health, len(backends)),
-	}, nil
+		health:   make([]health, len(backends)),
+	}
+	f.client = &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12},
+		DisableKeepAlives: true, // each check connects afresh, as clients do
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return f.Dial(ctx, network, address)
+		},
+	}}
+	return f, nil
 }
 
 // Ready returns the backends whose last check found them ready, in the
@@ -104,20 +113,39 @@ func (f *Forwarder) Ready() []string {
 	return out
 }
 
-// Serve checks the backends and forwards the connections l accepts until
-// ctx ends; then it closes l and every connection, and returns nil once
-// they are closed. It returns an error only when l is closed under it.
-func (f *Forwarder) Serve(ctx context.Context, l net.Listener) error {
-	log := klog.FromContext(ctx)
+// Serve checks the backends and forwards the connections each listener
+// accepts until ctx ends; then it closes the listeners and every
+// connection, and returns nil once they are closed. It returns an error
+// only when a listener is closed under it.
+func (f *Forwarder) Serve(ctx context.Context, ls ...net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	context.AfterFunc(ctx, func() { l.Close() })
-
+	for _, l := range ls {
+		context.AfterFunc(ctx, func() { l.Close() })
+	}
 	for i := range f.backends {
 		wg.Go(func() { f.watch(ctx, i) })
 	}
+	errs := make(chan error, len(ls))
+	for _, l := range ls {
+		wg.Go(func() { errs <- f.accept(ctx, l, &wg) })
+	}
+	var first error
+	for range ls {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
+}
+
+// accept forwards the connections l accepts until ctx ends or l is
+// closed under it, each in a goroutine of wg.
+func (f *Forwarder) accept(ctx context.Context, l net.Listener, wg *sync.WaitGroup) error {
+	log := klog.FromContext(ctx)
 	for {
 		c, err := l.Accept()
 		switch {
@@ -241,10 +269,11 @@ func (f *Forwarder) forward(ctx context.Context, client net.Conn) {
 // dial connects to the first backend that accepts, of the ready ones in
 // turn and then the others in order.
 func (f *Forwarder) dial(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: f.Timeout}
 	var errs []error
 	for _, i := range f.candidates() {
-		c, err := d.DialContext(ctx, "tcp", f.backends[i])
+		dctx, cancel := context.WithTimeout(ctx, f.Timeout)
+		c, err := f.Dial(dctx, "tcp", f.backends[i])
+		cancel()
 		if err == nil {
 			return c, nil
 		}

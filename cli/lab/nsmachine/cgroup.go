@@ -21,8 +21,12 @@ type hierarchy struct {
 	options    string // cgroup v1's mount options: its controllers, or none,name=NAME
 }
 
-// dir is the cgroup rel below the caller's in h.
+// dir is the cgroup rel below the caller's in h, or below h's root when
+// rel starts with a slash.
 func (h hierarchy) dir(rel string) string {
+	if strings.HasPrefix(rel, "/") {
+		return filepath.Join(h.mountPoint, rel)
+	}
 	return filepath.Join(h.mountPoint, h.path, rel)
 }
 

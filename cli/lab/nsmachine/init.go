@@ -186,6 +186,8 @@ func assemble(o InitOptions, root string, hs []hierarchy) error {
 		},
 		func() error { return mount(filepath.Join(o.Dir, BootDir), root+"/boot", "", unix.MS_BIND, "") },
 		func() error { return bindReadOnly(filepath.Join(o.Dir, LayerDir), root+"/var/lib/liken-layer", 0) },
+		func() error { return adaptKubelet(root, hs) },
+		func() error { return adaptContainerd(root) },
 		func() error { return mountProc(root, run, mem) },
 		func() error { return mountSys(root, hs) },
 		func() error { return mountDev(root) },
@@ -331,4 +333,51 @@ func keepPowerLine(fd int) error {
 		return errors.New("the power is off: the process that started this machine has ended")
 	}
 	return fmt.Errorf("the power line: %w", err)
+}
+
+// kubeletConfig is the image's kubelet configuration, in the root.
+const kubeletConfig = "/etc/kubernetes/kubelet.yaml"
+
+// adaptKubelet lets the kubelet run on a host whose cgroups are v1 (or
+// the hybrid layout): liken's own kernel gives the image cgroup v2, and
+// the image's kubelet refuses v1, as it should on a real machine. The
+// change goes to this boot's /etc, in memory.
+func adaptKubelet(root string, hs []hierarchy) error {
+	for _, h := range hs {
+		if h.fstype == "cgroup2" && h.mountPoint == "/sys/fs/cgroup" {
+			return nil
+		}
+	}
+	f, err := os.OpenFile(root+kubeletConfig, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("the kubelet's configuration: %w", err)
+	}
+	_, err = f.WriteString("# Added by liken's namespace lab: the host's cgroups are v1.\nfailCgroupV1: false\n")
+	return errors.Join(err, f.Close())
+}
+
+// containerdConfig is the image's containerd configuration, in the root.
+const containerdConfig = "/etc/containerd/config.toml"
+
+// adaptContainerd lets containerd start pods on a host where even root
+// cannot lower a process's OOM score (no CAP_SYS_RESOURCE in the host's
+// bounding set, as in some sandboxes): every pod's sandbox asks for -998,
+// and runc fails the pod when the write is refused. containerd then keeps
+// each container's score at or above its own. The change goes to this
+// boot's /etc, in memory.
+func adaptContainerd(root string) error {
+	var caps unix.CapUserData
+	if err := unix.Capget(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_1}, &caps); err != nil {
+		return fmt.Errorf("reading this process's capabilities: %w", err)
+	}
+	if caps.Effective&(1<<unix.CAP_SYS_RESOURCE) != 0 {
+		return nil
+	}
+	f, err := os.OpenFile(root+containerdConfig, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("containerd's configuration: %w", err)
+	}
+	_, err = f.WriteString("\n# Added by liken's namespace lab: the host refuses to lower OOM scores.\n" +
+		"[plugins.'io.containerd.cri.v1.runtime']\n  restrict_oom_score_adj = true\n")
+	return errors.Join(err, f.Close())
 }

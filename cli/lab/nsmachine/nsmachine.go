@@ -47,8 +47,10 @@ type Machine struct {
 	Name string
 	// Dir is the machine's folder (install's Options.Folder).
 	Dir string
-	// Cgroup is the machine's cgroup, relative to the caller's own in each
-	// hierarchy, such as "liken-lab/lab/node-1". Its processes stay in it.
+	// Cgroup is the machine's cgroup in each hierarchy, relative to the
+	// caller's own, or to the hierarchy's root when it starts with a
+	// slash, such as "/liken-lab/lab/node-1" (the lab's commands run in
+	// different cgroups). Its processes stay in it.
 	Cgroup string
 	// NetNS is the network namespace the machine joins (a path such as
 	// /run/netns/NAME); "" gives it a new one with only loopback.
@@ -80,10 +82,10 @@ const (
 	// Rebooted: the OS asked the kernel to restart (reboot(2) in its PID
 	// namespace); the firmware boots again.
 	Rebooted Ending = "rebooted"
-	// PoweredOff: the OS asked to halt or power off, or init exited.
+	// PoweredOff: the OS asked to halt or power off.
 	PoweredOff Ending = "powered off"
-	// Crashed: init died of a signal of its own, or was killed (lab
-	// power off).
+	// Crashed: init exited or died of a signal of its own (the kernel
+	// would panic), or was killed (lab power off).
 	Crashed Ending = "crashed"
 )
 
@@ -203,11 +205,26 @@ func (m *Machine) Run(ctx context.Context) (Ending, error) {
 		}
 		end, err := b.Wait()
 		m.say("boot %d ended: %s%s", n, end, errNote(err))
-		if end == PoweredOff {
+		switch end {
+		case PoweredOff:
 			return end, nil
+		case Crashed:
+			// A kernel that panics restarts after kernel.panic's
+			// seconds, as liken's own kernel does.
+			m.say("restarting in %s, as a kernel that panicked", PanicRestart)
+			select {
+			case <-ctx.Done():
+				m.say("power off")
+				return Crashed, nil
+			case <-time.After(PanicRestart):
+			}
 		}
 	}
 }
+
+// PanicRestart is how long a crashed machine takes to boot again: a
+// kernel's kernel.panic seconds.
+const PanicRestart = 5 * time.Second
 
 // say writes a firmware line on the machine's console.
 func (m *Machine) say(format string, args ...any) {
@@ -250,18 +267,20 @@ func (b *Boot) Wait() (Ending, error) {
 	return b.ending, b.err
 }
 
-// end reads how init ended from its wait.
+// end reads how init ended from its wait. An init that exits, rather
+// than asking the kernel to restart or halt, is a crash: a kernel panics
+// when its init ends (an image without /sbin/init does that).
 func end(err error) (Ending, error) {
 	var exit *exec.ExitError
 	if err == nil {
-		return PoweredOff, nil
+		return Crashed, errors.New("init exited: a kernel panics when its init ends")
 	}
 	if !errors.As(err, &exit) {
 		return Crashed, err
 	}
 	ws, ok := exit.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() {
-		return PoweredOff, fmt.Errorf("init exited with status %d", exit.ExitCode())
+		return Crashed, fmt.Errorf("init exited with status %d: a kernel panics when its init ends", exit.ExitCode())
 	}
 	return ending(ws.Signal()), nil
 }

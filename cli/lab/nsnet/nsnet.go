@@ -113,6 +113,10 @@ func (s *Segment) Dir() string { return s.dir }
 // Prefix is the segment's prefix.
 func (s *Segment) Prefix() netip.Prefix { return s.prefix }
 
+// LabNetNS is the path of the lab's network namespace, where the lab's
+// servers listen on the gateway's address.
+func (s *Segment) LabNetNS() string { return s.path(labName) }
+
 // Gateway is the bridge's address in the lab's namespace, the machines'
 // default gateway: the prefix's first host address.
 func (s *Segment) Gateway() netip.Addr { return s.gw }
@@ -259,7 +263,7 @@ const readyWithin = 5 * time.Second
 // a moment after they are set up (its link watch); a frame sent before
 // is lost, and a first connection would wait for TCP to send again.
 func (s *Segment) waitReady(m *netlink.Handle, eth0, port int) error {
-	return runIn(s.path(labName), func() error {
+	return RunIn(s.path(labName), func() error {
 		deadline := time.Now().Add(readyWithin)
 		for {
 			l, err := m.LinkByIndex(eth0)
@@ -394,7 +398,7 @@ func (s *Segment) Delete() error {
 // belong to it, and stay there. The thread ends with fn; goroutines fn
 // starts run on other threads, in the host's namespace.
 func (s *Segment) Do(fn func() error) error {
-	return runIn(s.path(labName), fn)
+	return RunIn(s.path(labName), fn)
 }
 
 // DoIn runs fn on a thread in the machine's namespace, as Do does in the
@@ -404,7 +408,7 @@ func (s *Segment) DoIn(name string, fn func() error) error {
 	if err != nil {
 		return err
 	}
-	return runIn(path, fn)
+	return RunIn(path, fn)
 }
 
 // Listen listens in the lab's namespace, as net.Listen does.
@@ -482,7 +486,7 @@ func (s *Segment) labHandle() (*netlink.Handle, error) {
 
 // handleIn is a netlink handle whose socket is in the namespace at path.
 func handleIn(path string) (h *netlink.Handle, err error) {
-	err = runIn(path, func() error {
+	err = RunIn(path, func() error {
 		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		return err
 	})
@@ -567,10 +571,10 @@ func checkNS(path string) error {
 	return nil
 }
 
-// runIn runs fn on a thread that joined the network namespace at path,
+// RunIn runs fn on a thread that joined the network namespace at path,
 // and ends the thread with fn. A panic in fn is raised again in the
 // caller's goroutine.
-func runIn(path string, fn func() error) error {
+func RunIn(path string, fn func() error) error {
 	if err := checkNS(path); err != nil {
 		return err
 	}
