@@ -99,7 +99,16 @@ spec: {cluster: ns, role: Worker, rebootPolicy: Auto}
 		Name: name, Dir: folder, Cgroup: fmt.Sprintf("liken-test/%s-%d", name, os.Getpid()),
 		Init: []string{liken, "lab", "ns-init"}, Console: &console{t: t, name: name},
 	}
-	t.Cleanup(func() { assert.Check(t, m.RemoveCgroup(time.Minute)) })
+	t.Cleanup(func() {
+		// A machine its test could not power off (a failed assertion)
+		// must not outlive the test: kill what is left in its cgroup.
+		procs, err := m.CgroupProcs()
+		assert.Check(t, err)
+		for _, pid := range procs {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		assert.Check(t, m.RemoveCgroup(time.Minute))
+	})
 	return m, rel
 }
 
