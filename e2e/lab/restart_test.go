@@ -49,10 +49,13 @@ func TestLabStartsAgainAfterItsProcessesExit(t *testing.T) {
 		}
 		assert.NilError(t, syscall.Kill(pid, syscall.SIGKILL), "%s %s", p.Kind, p.Name)
 	}
+	// SIGKILL is sent, not yet done: a large process takes a moment to
+	// exit, and a computer that restarted has none left. Wait for all.
 	var down error
+	allGone := fmt.Sprintf("lab e2e-restart is down: all of its %d processes have exited", judged)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if _, _, down = status(); down == nil {
-			return poll.Continue("liken lab status still exits 0")
+		if _, _, down = status(); down == nil || !strings.Contains(down.Error(), allGone) {
+			return poll.Continue("liken lab status says %v", down)
 		}
 		return poll.Success()
 	}, poll.WithDelay(200*time.Millisecond), poll.WithTimeout(30*time.Second))
@@ -63,7 +66,7 @@ func TestLabStartsAgainAfterItsProcessesExit(t *testing.T) {
 	out, err := l.liken(up...)
 	assert.NilError(t, err, "liken lab up over a lab that is down:\n%s", out)
 	t.Logf("liken lab up started the lab again in %s", time.Since(began).Round(100*time.Millisecond))
-	assert.Check(t, is.Contains(out, fmt.Sprintf("The lab e2e-restart is down: all of its %d processes have exited", judged)))
+	assert.Check(t, is.Contains(out, "The "+allGone))
 	assert.Check(t, is.Contains(out, "stopping what is left of it and starting it again."))
 	assert.Check(t, strings.Contains(out, "export KUBECONFIG="), "liken lab up printed no export line:\n%s", out)
 	again, _, err := status()
