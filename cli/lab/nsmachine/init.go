@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"liken.sh/liken/internal/loopdev"
@@ -188,6 +190,7 @@ func assemble(o InitOptions, root string, hs []hierarchy) error {
 		func() error { return bindReadOnly(filepath.Join(o.Dir, LayerDir), root+"/var/lib/liken-layer", 0) },
 		func() error { return adaptKubelet(root, hs) },
 		func() error { return adaptContainerd(root) },
+		func() error { return adaptDNSPort(root) },
 		func() error { return mountProc(root, run, mem) },
 		func() error { return mountSys(root, hs) },
 		func() error { return mountDev(root) },
@@ -354,6 +357,42 @@ func adaptKubelet(root string, hs []hierarchy) error {
 	}
 	_, err = f.WriteString("# Added by liken's namespace lab: the host's cgroups are v1.\nfailCgroupV1: false\n")
 	return errors.Join(err, f.Close())
+}
+
+// The image's liken-dns port: a dummy link that holds the address where
+// pods reach the machine's resolver.
+const (
+	dnsPortNetdev  = "/etc/systemd/network/04-liken-dns.netdev"
+	dnsPortNetwork = "/etc/systemd/network/04-liken-dns.network"
+)
+
+// adaptDNSPort gives the machine resolver's address for pods a home on a
+// host whose kernel makes no dummy links (built without them, and no
+// module to load): the machine's loopback, where pods reach it as they
+// reach any address of the machine. The image's network file for the
+// liken-dns port then matches lo, in this boot's /etc, in memory.
+func adaptDNSPort(root string) error {
+	probe := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "liken-probe"}}
+	err := netlink.LinkAdd(probe)
+	switch {
+	case err == nil:
+		return netlink.LinkDel(probe)
+	case !errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("trying a dummy link: %w", err)
+	}
+	b, err := os.ReadFile(root + dnsPortNetwork)
+	if err != nil {
+		return fmt.Errorf("the liken-dns port's network file: %w", err)
+	}
+	network := strings.Replace(string(b), "Name=liken-dns", "Name=lo", 1)
+	if network == string(b) {
+		return fmt.Errorf("%s matches no port named liken-dns", dnsPortNetwork)
+	}
+	network = "# Changed by liken's namespace lab: the host's kernel makes no dummy links.\n" + network
+	if err := os.WriteFile(root+dnsPortNetwork, []byte(network), 0o644); err != nil {
+		return err
+	}
+	return os.Remove(root + dnsPortNetdev)
 }
 
 // containerdConfig is the image's containerd configuration, in the root.
