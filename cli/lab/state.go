@@ -13,6 +13,7 @@ import (
 
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/internal/atomicfile"
+	"liken.sh/liken/internal/qemu"
 )
 
 // Process kinds of the lab besides the control-plane components.
@@ -80,6 +81,20 @@ type State struct {
 // (virtual machines or namespaces), with their own kubelet and control
 // plane, rather than simulated machines.
 func (st *State) RealImage() bool { return st.VM || st.Containers }
+
+// ServersAddress is the address where the machines of a VM or namespace
+// lab reach the lab's servers (the channel, the name server, the
+// registry), and what the lab's names resolve to; empty for a lab of
+// simulated machines.
+func (st *State) ServersAddress() string {
+	switch {
+	case st.VM:
+		return qemu.HostAddress
+	case st.Containers:
+		return segmentGateway
+	}
+	return ""
+}
 
 // MachineInfo describes one simulated machine.
 type MachineInfo struct {

@@ -95,7 +95,7 @@ func upContainers(ctx context.Context, o upOptions, dir string, bins binaries, g
 	st.NetNS = seg.LabNetNS()
 	step("the machines' network segment: %s.0/24 on a bridge in the lab's network namespace %s", segmentPrefix, st.NetNS)
 
-	srv, version, digest, err := startServers(ctx, st, bins, segmentGateway)
+	srv, version, digest, err := startServers(ctx, st, bins)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func upContainers(ctx context.Context, o upOptions, dir string, bins binaries, g
 	step("API endpoint at %s and, for the machines, %s, forwarding to the leaders' API servers at %s", st.Endpoint, endpoint, strings.Join(backends, ", "))
 
 	source := fmt.Sprintf("https://%s:%d", ChannelName, srv.channel)
-	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(segmentGateway)))
+	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(st.ServersAddress())))
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 		}
 	}()
 
-	srv, version, digest, err := startServers(ctx, st, bins, qemu.HostAddress)
+	srv, version, digest, err := startServers(ctx, st, bins)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	// the endpoint and the channel through QEMU's address of this computer.
 	endpoint := fmt.Sprintf("%s:%d", qemu.HostAddress, epPort)
 	source := fmt.Sprintf("https://%s:%d", ChannelName, srv.channel)
-	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(qemu.HostAddress)))
+	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(st.ServersAddress())))
 	if err != nil {
 		return err
 	}
@@ -176,9 +176,10 @@ type labServers struct {
 // image: the channel over https by name, as a fleet reads it (the lab's
 // name server answers its name, and the Cluster trusts the lab's own CA,
 // settings.caBundle), the registry and the name server, which answers the
-// lab's names with host, where the machines reach this computer. It
-// publishes the first release.
-func startServers(ctx context.Context, st *State, bins binaries, host string) (srv labServers, version, digest string, err error) {
+// lab's names with st.ServersAddress(), where the machines reach this
+// computer. It publishes the first release.
+func startServers(ctx context.Context, st *State, bins binaries) (srv labServers, version, digest string, err error) {
+	host := st.ServersAddress()
 	var certFile, keyFile string
 	if srv.caPEM, certFile, keyFile, err = channelCertificate(st.Dir); err != nil {
 		return srv, "", "", err

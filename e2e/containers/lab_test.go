@@ -1,12 +1,12 @@
 package containers
 
 import (
-	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,108 +14,37 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	clilab "liken.sh/liken/cli/lab"
-	"liken.sh/liken/internal/srctree"
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/cli/install"
+	"liken.sh/liken/e2e/internal/userlab"
+	nodecp "liken.sh/liken/node/controlplane"
 )
 
-// TestLabUpContainers runs the user's commands on a namespace lab of two
-// machines, one of them the leader running the fleet's control plane:
-// liken lab up --containers gives a Ready Cluster whose Nodes are real
-// kubelets on liken's image, with this computer running only the lab's
-// servers; liken lab power cycle pulls a machine's power and it comes
-// back with a new boot; liken lab down leaves no process, mount, network
-// namespace or cgroup behind. (An upgrade through this lab, measured in
-// docs/benchmarks.md, runs the same node agent, slots and firmware as
-// TestFirmwareBootsATrialOnce and the VM and process labs' upgrades.)
-func TestLabUpContainers(t *testing.T) {
-	repo, err := srctree.Find()
-	assert.NilError(t, err)
-	liken, err := srctree.Binary("liken")
-	assert.NilError(t, err)
-	home := t.TempDir()
-	env := append(os.Environ(), "LIKEN_LAB_HOME="+home, "LIKEN_BIN="+filepath.Dir(liken), "LIKEN_LAB_STARTUP_GRACE=2s")
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(liken, args...)
-		cmd.Dir, cmd.Env = repo, env
-		out, err := cmd.CombinedOutput()
-		assert.NilError(t, err, "liken %s:\n%s", strings.Join(args, " "), out)
-		return string(out)
-	}
-	const name = "ns"
-	start := time.Now()
-	out := run("lab", "up", "--name", name, "--containers", "--machines", "2", "--leaders", "1", "--reboot-policy", "Auto")
-	downed := false
-	t.Cleanup(func() {
-		if !downed {
-			run("lab", "down", "--name", name)
-		}
-	})
-	t.Logf("lab up --containers --machines 2 --leaders 1: %s", time.Since(start).Round(time.Second))
-	var st clilab.State
-	assert.NilError(t, json.Unmarshal([]byte(run("lab", "status", "--name", name, "-o", "json")), &st))
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range st.Machines {
-				b, _ := os.ReadFile(filepath.Join(m.Dir, "machine.log"))
-				s := string(b)
-				t.Logf("%s console, last 3000 bytes:\n%s", m.Name, s[max(0, len(s)-3000):])
-			}
-		}
-	})
-	// This computer runs the lab's servers and one process per machine;
-	// the control plane runs on the leader.
-	kinds := map[string]int{}
-	for _, p := range st.Processes {
-		kinds[p.Kind]++
-	}
-	assert.DeepEqual(t, kinds, map[string]int{clilab.KindChannel: 1, clilab.KindEndpoint: 1, clilab.KindNames: 1, clilab.KindRegistry: 1, clilab.KindMachine: 2})
+// TestFleetOfThreeLeaders runs the user's commands on a namespace lab of
+// five machines, three of them leaders running the fleet's datastore and
+// API from liken's image: liken lab up --containers gives a Ready Cluster
+// of real kubelets, this computer running only the lab's servers; the
+// fleet is an ordinary Kubernetes cluster (userlab.NetworkAcrossMachines);
+// an upgrade under the API probe, a leader's power cut while a worker
+// holds its turn and a release whose trial fails keep the datastore's
+// majority and members and the API within one leader's failover
+// (userlab.SelfHostedFleet); a leader whose etcd stops right after its
+// commit holds back the next leader's reboot until it is back; the first
+// leader installed again while the two others are down starts no second
+// datastore, and joins the fleet's once they are back; liken lab down
+// leaves no process, mount, network namespace or cgroup behind.
+func TestFleetOfThreeLeaders(t *testing.T) {
+	l := userlab.Up(t, userlab.Containers, "ns", 5, 3)
+	userlab.NetworkAcrossMachines(t, l)
+	userlab.SelfHostedFleet(t, l)
+	etcdStoppedAfterCommit(t, l)
+	reinstalledLeaderAlone(t, l)
 
-	m := regexp.MustCompile(`(?m)^export KUBECONFIG='([^']+)'$`).FindStringSubmatch(out)
-	assert.Assert(t, m != nil, "no export KUBECONFIG= line:\n%s", out)
-	cfg, err := clientcmd.BuildConfigFromFlags("", m[1])
-	assert.NilError(t, err)
-	cfg.Timeout = 30 * time.Second
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	ctx := t.Context()
-	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	assert.NilError(t, err)
-	assert.Equal(t, len(nodes.Items), 2)
-	for _, n := range nodes.Items {
-		assert.Check(t, ready(&n), "Node %s", n.Name)
-		assert.Check(t, strings.HasPrefix(n.Status.NodeInfo.KubeletVersion, "v1.37"), n.Status.NodeInfo.KubeletVersion)
-		assert.Check(t, strings.HasPrefix(n.Status.NodeInfo.ContainerRuntimeVersion, "containerd://"), n.Status.NodeInfo.ContainerRuntimeVersion)
-	}
-
-	// A power cut: the worker boots again, and its Node reads Ready from
-	// the new boot.
-	worker := st.Machines[1].Name
-	before, err := kube.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
-	assert.NilError(t, err)
-	run("lab", "power", "cycle", worker, "--name", name)
-	cycled := time.Now()
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		n, err := kube.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
-		switch {
-		case err != nil:
-			return poll.Continue("Node %s: %v", worker, err)
-		case n.Status.NodeInfo.BootID == before.Status.NodeInfo.BootID:
-			return poll.Continue("Node %s still shows the boot before the power cut", worker)
-		case !ready(n):
-			return poll.Continue("Node %s has not come back Ready", worker)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(5*time.Minute), poll.WithDelay(time.Second))
-	t.Logf("%s: Ready again %s after a power cycle", worker, time.Since(cycled).Round(time.Second))
-
-	// Down: nothing of the lab is left.
-	run("lab", "down", "--name", name)
-	downed = true
+	l.Down()
+	st := l.St
 	for _, p := range st.Processes {
 		assert.Check(t, !p.Running(), "%s %s (pid %d) still runs", p.Kind, p.Name, p.PID)
 	}
@@ -124,19 +53,216 @@ func TestLabUpContainers(t *testing.T) {
 	assert.Check(t, !strings.Contains(string(mounts), st.Dir), "mounts of the lab are left")
 	_, err = os.Stat(st.Dir)
 	assert.Check(t, os.IsNotExist(err), "the lab's folder is left: %v", err)
-	left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/liken-lab/%s", name))
-	if _, err := os.Stat("/sys/fs/cgroup/liken-lab/" + name); err == nil {
-		left = append(left, "/sys/fs/cgroup/liken-lab/"+name)
+	left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/liken-lab/%s", l.Name))
+	if _, err := os.Stat("/sys/fs/cgroup/liken-lab/" + l.Name); err == nil {
+		left = append(left, "/sys/fs/cgroup/liken-lab/"+l.Name)
 	}
 	assert.Check(t, is.Len(left, 0), "the lab's cgroups are left")
 }
 
-// ready tells whether a Node reads Ready.
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+// etcdStoppedAfterCommit upgrades the fleet again; as soon as the second
+// leader is granted its turn, the etcd member of the first, which has just
+// committed its trial, is stopped. With one member of three down, the
+// second leader must not go down: it keeps its turn, its Machine's Ready
+// condition says what it waits for, and no other leader boots again until the first's etcd is
+// back. Then the upgrade finishes.
+func etcdStoppedAfterCommit(t *testing.T, l *userlab.Lab) {
+	ctx := t.Context()
+	etcd, urls := l.Datastore(t)
+	leaders := slices.Sorted(maps.Keys(urls))
+	ids := userlab.WaitDatastore(t, etcd, urls, 2*time.Minute)
+	ver, digest := l.Publish("")
+	boots := map[string]string{}
+	for _, n := range leaders {
+		boots[n] = l.Machine(n).Status.Observed.BootID
+	}
+	l.MoveTo(ver, digest)
+
+	// The first leader's turn ends and the second's is granted.
+	var first, second string
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		c, err := l.Liken.LikenV1alpha1().Clusters().Get(ctx, l.Name, metav1.GetOptions{})
+		if err != nil {
+			return poll.Continue("the Cluster: %v", err)
+		}
+		for _, tn := range c.Status.RebootTurns {
+			if tn.Version != ver || !slices.Contains(leaders, tn.Machine) {
+				continue
+			}
+			if first == "" || first == tn.Machine {
+				first = tn.Machine
+				return poll.Continue("%s holds the first turn for %s", first, ver)
+			}
+			second = tn.Machine
+			return poll.Success()
+		}
+		return poll.Continue("turns held: %q", c.Status.Turns)
+	}, poll.WithTimeout(15*time.Minute), poll.WithDelay(500*time.Millisecond))
+	m := l.Machine(first)
+	assert.Assert(t, m.Status.Version == ver && m.Status.Observed.BootID != boots[first], "%s's turn ended without its upgrade: %s on %q", first, m.Status.Phase, m.Status.Version)
+	machineExec(t, l, first, "systemctl", "stop", "etcd.service")
+	stopped := time.Now()
+	t.Logf("%s committed %s; its etcd stopped as %s was granted its turn", first, ver, second)
+
+	// The second leader waits, says why, and nobody else goes down.
+	var waiting string
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, n := range leaders {
+			if n != first && l.Machine(n).Status.Observed.BootID != boots[n] {
+				return poll.Error(fmt.Errorf("%s booted again while %s's etcd member was stopped: the datastore lost its majority", n, first))
+			}
+		}
+		m := l.Machine(second)
+		ready := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionReady)
+		if ready == nil || !strings.Contains(ready.Message, "waits, because") {
+			return poll.Continue("%s: %s: %+v", second, m.Status.Phase, ready)
+		}
+		waiting = ready.Message
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Minute), poll.WithDelay(time.Second))
+	t.Logf("%s, %s after %s's etcd stopped: %q", second, time.Since(stopped).Round(time.Second), first, waiting)
+	assert.Check(t, strings.Contains(waiting, urls[first]), "%s's message does not name %s's member (%s), which is down: %q", second, first, urls[first], waiting)
+	// It keeps waiting: for half a minute nothing else boots again.
+	hold := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, n := range leaders {
+			if n != first && l.Machine(n).Status.Observed.BootID != boots[n] {
+				return poll.Error(fmt.Errorf("%s booted again while %s's etcd member was stopped: the datastore lost its majority", n, first))
+			}
+		}
+		if time.Since(hold) < 30*time.Second {
+			return poll.Continue("watching the leaders' boots")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(2*time.Second))
+
+	// The member is back: the upgrade goes on and ends with the same
+	// datastore.
+	machineExec(t, l, first, "systemctl", "start", "etcd.service")
+	back := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		ms, err := l.Liken.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return poll.Continue("the Machines: %v", err)
+		}
+		for _, m := range ms.Items {
+			if m.Status.Version != ver || m.Status.Phase != likenv1.MachineReady {
+				return poll.Continue("%s: %s on %q", m.Name, m.Status.Phase, m.Status.Version)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Minute), poll.WithDelay(2*time.Second))
+	t.Logf("the fleet on %s %s after %s's etcd started again", ver, time.Since(back).Round(time.Second), first)
+	after := userlab.WaitDatastore(t, etcd, urls, 2*time.Minute)
+	assert.DeepEqual(t, after, ids)
+}
+
+// reinstalledLeaderAlone powers the three leaders off, installs the first
+// again (liken install of the lab's first release and layer on a new
+// disk) and powers it on alone: it hears no other leader and holds no
+// member data, so it must not start a datastore of its own, which its API
+// server would serve at the endpoint with no pods, no Machines and no
+// Nodes. Its etcd stays down, saying why in its journal, well past the
+// silence after which a first leader bootstraps a new fleet. Once the two
+// others are back with the datastore, it replaces its old member with a
+// new one and the fleet is whole again, the two others' members kept.
+func reinstalledLeaderAlone(t *testing.T, l *userlab.Lab) {
+	ctx := t.Context()
+	etcd, urls := l.Datastore(t)
+	leaders := slices.Sorted(maps.Keys(urls))
+	first, others := leaders[0], leaders[1:]
+	before := userlab.WaitDatastore(t, etcd, urls, 2*time.Minute)
+	node, err := l.Kube.CoreV1().Nodes().Get(ctx, first, metav1.GetOptions{})
+	assert.NilError(t, err)
+	for _, n := range append(others, first) {
+		l.Run("lab", "power", "off", n, "--name", l.Name)
+	}
+	info, err := l.St.Machine(first)
+	assert.NilError(t, err)
+	versions, err := os.ReadDir(l.St.ChannelDir)
+	assert.NilError(t, err)
+	var oldest string
+	for _, v := range versions {
+		if v.IsDir() && (oldest == "" || v.Name() < oldest) {
+			oldest = v.Name()
 		}
 	}
-	return false
+	disk := filepath.Join(info.Dir, "disk")
+	assert.NilError(t, os.RemoveAll(disk))
+	_, err = install.Install(ctx, install.Options{Folder: disk, Release: filepath.Join(l.St.ChannelDir, oldest),
+		Layer: filepath.Join(l.St.Dir, "layer.tgz"), Machine: first, TempDir: t.TempDir()})
+	assert.NilError(t, err)
+	l.Run("lab", "power", "on", first, "--name", l.Name)
+	on := time.Now()
+
+	// Alone, it waits, and says why; its etcd never answers.
+	var journal string
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if _, err := etcd.MemberList(ctx, urls[first]); err == nil {
+			return poll.Error(fmt.Errorf("%s, installed again and alone, runs an etcd member: a second datastore", first))
+		}
+		out, err := machineOutput(t, l, first, "journalctl", "-b", "-u", "etcd.service", "--no-pager", "-o", "cat")
+		if err != nil || !strings.Contains(out, "did not say it holds no member data") {
+			return poll.Continue("%s's etcd journal: %v %s", first, err, out[max(0, len(out)-300):])
+		}
+		journal = out
+		if time.Since(on) < nodecp.DefaultBootstrapWait+30*time.Second {
+			return poll.Continue("watching %s's etcd past the first leader's bootstrap wait", first)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Minute), poll.WithDelay(2*time.Second))
+	lines := strings.Split(strings.TrimSpace(journal), "\n")
+	t.Logf("%s installed again, alone for %s: its etcd waits: %s", first, time.Since(on).Round(time.Second), lines[len(lines)-1])
+
+	// The others are back: it joins as a new member of the same datastore.
+	for _, n := range others {
+		l.Run("lab", "power", "on", n, "--name", l.Name)
+	}
+	back := time.Now()
+	after := userlab.WaitDatastore(t, etcd, urls, 10*time.Minute)
+	t.Logf("the datastore whole again %s after the other leaders' power on: %v (before: %v)", time.Since(back).Round(time.Second), after, before)
+	for _, n := range others {
+		assert.Check(t, after[n] == before[n], "%s's member changed: %x, was %x", n, after[n], before[n])
+	}
+	assert.Check(t, after[first] != before[first], "%s, installed again, kept its old member %x", first, before[first])
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		ns, err := l.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return poll.Continue("the Nodes: %v", err)
+		}
+		for _, n := range ns.Items {
+			switch {
+			case n.Name == first && n.Status.NodeInfo.BootID == node.Status.NodeInfo.BootID:
+				return poll.Continue("Node %s still shows its boot before the new install", n.Name)
+			case !userlab.NodeReady(&n):
+				return poll.Continue("Node %s is not Ready", n.Name)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
+	t.Logf("%s's Node Ready from its new install, and every other Node Ready, %s after the other leaders' power on", first, time.Since(back).Round(time.Second))
+}
+
+// machineExec runs a command inside the lab machine called name (all its
+// namespaces, as its PID 1 sees the world) and fails the test if it fails.
+func machineExec(t *testing.T, l *userlab.Lab, name string, args ...string) {
+	t.Helper()
+	out, err := machineOutput(t, l, name, args...)
+	assert.NilError(t, err, "in %s: %s:\n%s", name, strings.Join(args, " "), out)
+}
+
+// machineOutput runs a command inside the lab machine called name and
+// returns its output.
+func machineOutput(t *testing.T, l *userlab.Lab, name string, args ...string) (string, error) {
+	t.Helper()
+	m, err := l.St.Machine(name)
+	if err != nil {
+		return "", err
+	}
+	pid, err := os.ReadFile(filepath.Join(m.Dir, "disk", "run", "pid"))
+	if err != nil {
+		return "", fmt.Errorf("%s's PID 1: %w", name, err)
+	}
+	out, err := exec.CommandContext(t.Context(), "nsenter", append([]string{"-t", strings.TrimSpace(string(pid)), "-a", "-r", "-w"}, args...)...).CombinedOutput()
+	return string(out), err
 }

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"liken.sh/liken/e2e/internal/fleetsim"
+	"liken.sh/liken/e2e/internal/userlab"
 	"liken.sh/liken/internal/srctree"
 )
 
@@ -50,14 +51,14 @@ func TestUpstreamNetworkConformance(t *testing.T) {
 	if f := os.Getenv("LIKEN_CONFORMANCE_FOCUS"); f != "" {
 		focus, floor = f, 1
 	}
-	l := labUp(t, "conform", 2, 1)
+	l := userlab.Up(t, userlab.VM, "conform", 2, 1)
 	ctx := t.Context()
 
 	// The images, into the lab's registry.
 	start := time.Now()
-	assert.NilError(t, copyLayout(filepath.Join(e2eDir, "images"), l.st.RegistryDir))
+	assert.NilError(t, copyLayout(filepath.Join(e2eDir, "images"), l.St.RegistryDir))
 	repoList := filepath.Join(t.TempDir(), "repo-list.yaml")
-	assert.NilError(t, os.WriteFile(repoList, []byte(fmt.Sprintf("promoterE2eRegistry: %[1]s/e2e-test-images\ngcRegistry: %[1]s\n", l.st.Registry)), 0o644))
+	assert.NilError(t, os.WriteFile(repoList, []byte(fmt.Sprintf("promoterE2eRegistry: %[1]s/e2e-test-images\ngcRegistry: %[1]s\n", l.St.Registry)), 0o644))
 
 	// Each machine pulls the images before the run, so that the tests'
 	// own time limits (5 minutes for a pod to start) do not count the
@@ -65,9 +66,9 @@ func TestUpstreamNetworkConformance(t *testing.T) {
 	labels := map[string]string{"app": "e2e-images"}
 	var inits []corev1.Container
 	for i, img := range []string{"e2e-test-images/agnhost:2.66.1", "e2e-test-images/glibc-dns-testing:2.1.1", "e2e-test-images/nginx:1.27.0-2", "e2e-test-images/busybox:1.37.0-2"} {
-		inits = append(inits, corev1.Container{Name: fmt.Sprintf("image-%d", i), Image: l.st.Registry + "/" + img, Command: []string{"true"}})
+		inits = append(inits, corev1.Container{Name: fmt.Sprintf("image-%d", i), Image: l.St.Registry + "/" + img, Command: []string{"true"}})
 	}
-	_, err = l.kube.AppsV1().DaemonSets("default").Create(ctx, &appsv1.DaemonSet{
+	_, err = l.Kube.AppsV1().DaemonSets("default").Create(ctx, &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-images", Namespace: "default"},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -76,14 +77,14 @@ func TestUpstreamNetworkConformance(t *testing.T) {
 				Spec: corev1.PodSpec{
 					Tolerations:    []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					InitContainers: inits,
-					Containers:     []corev1.Container{{Name: "pause", Image: l.st.Registry + "/pause:3.10.2"}},
+					Containers:     []corev1.Container{{Name: "pause", Image: l.St.Registry + "/pause:3.10.2"}},
 				},
 			},
 		},
 	}, metav1.CreateOptions{})
 	assert.NilError(t, err)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		ds, err := l.kube.AppsV1().DaemonSets("default").Get(ctx, "e2e-images", metav1.GetOptions{})
+		ds, err := l.Kube.AppsV1().DaemonSets("default").Get(ctx, "e2e-images", metav1.GetOptions{})
 		if err != nil {
 			return poll.Continue("the DaemonSet: %v", err)
 		}
@@ -92,15 +93,15 @@ func TestUpstreamNetworkConformance(t *testing.T) {
 		}
 		return poll.Success()
 	}, poll.WithTimeout(30*time.Minute), poll.WithDelay(5*time.Second))
-	assert.NilError(t, l.kube.AppsV1().DaemonSets("default").Delete(ctx, "e2e-images", metav1.DeleteOptions{}))
-	t.Logf("both machines pulled the tests' images from the lab's registry (%s) in %s", l.st.Registry, time.Since(start).Round(time.Second))
+	assert.NilError(t, l.Kube.AppsV1().DaemonSets("default").Delete(ctx, "e2e-images", metav1.DeleteOptions{}))
+	t.Logf("both machines pulled the tests' images from the lab's registry (%s) in %s", l.St.Registry, time.Since(start).Round(time.Second))
 
 	// The run.
 	report := filepath.Join(e2eDir, "report")
 	assert.NilError(t, os.RemoveAll(report))
 	assert.NilError(t, os.MkdirAll(report, 0o755))
 	args := []string{
-		"--kubeconfig=" + l.kubeconfig,
+		"--kubeconfig=" + l.Kubeconfig,
 		"--provider=skeleton",
 		"--kubectl-path=" + filepath.Join(filepath.Dir(fleetsim.Binary(t, "liken")), "kubectl"),
 		"--kube-test-repo-list=" + repoList,

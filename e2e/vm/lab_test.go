@@ -12,6 +12,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/e2e/internal/apiprobe"
+	"liken.sh/liken/e2e/internal/userlab"
 )
 
 // TestLabUpVM runs the user's commands: liken lab up --vm gives a fleet
@@ -24,16 +25,16 @@ import (
 // trial, and the leader comes back on its proven slot with its datastore;
 // liken lab down stops it all.
 func TestLabUpVM(t *testing.T) {
-	l := labUp(t, "vm", 2, 1)
+	l := userlab.Up(t, userlab.VM, "vm", 2, 1)
 	ctx := t.Context()
-	ver, digest := l.publish("")
+	ver, digest := l.Publish("")
 	// The API probe writes and reads a ConfigMap through the endpoint
 	// every 200 ms while the fleet upgrades.
-	_, stopProbe := startProbe(ctx, l.kube)
-	l.moveTo(ver, digest)
+	_, stopProbe := userlab.StartProbe(ctx, l.Kube)
+	l.MoveTo(ver, digest)
 	start := time.Now()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		ms, err := l.liken.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
+		ms, err := l.Liken.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			// The sole leader's API is down while it reboots.
 			return poll.Continue("the API: %v", err)
@@ -53,18 +54,18 @@ func TestLabUpVM(t *testing.T) {
 	assert.Assert(t, rep.Rounds > 0 && !rep.Longest.Ongoing, "the API did not answer again after the upgrade: %s", rep)
 	assert.Assert(t, rep.Longest.Duration() < 10*time.Minute, "the API was down longer than one leader's trial timeout: %s", rep)
 	// cluster-operator's pods, evicted by the drains, run again.
-	operatorOnFleet(t, l.kube, 2)
+	userlab.OperatorOnFleet(t, l.Kube, 2)
 
 	// A power cut: the machine boots again and its Node reads Ready from
 	// the new boot (a machine back within the Node's grace period never
 	// reads NotReady, so the boot ID tells the boots apart).
-	worker, leader := l.st.Machines[1].Name, l.st.Machines[0].Name
-	before, err := l.kube.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
+	worker, leader := l.St.Machines[1].Name, l.St.Machines[0].Name
+	before, err := l.Kube.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
 	assert.NilError(t, err)
-	l.run("lab", "power", "cycle", worker, "--name", l.name)
+	l.Run("lab", "power", "cycle", worker, "--name", l.Name)
 	cycled := time.Now()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		n, err := l.kube.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
+		n, err := l.Kube.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
 		switch {
 		case err != nil:
 			return poll.Continue("Node %s: %v", worker, err)
@@ -81,26 +82,26 @@ func TestLabUpVM(t *testing.T) {
 	// trial fails, it boots its proven slot again, its etcd member comes
 	// back with what was written before (the probe's ConfigMap) and its
 	// control plane reads ready; the rollout halts before the worker.
-	kept, err := l.kube.CoreV1().ConfigMaps("default").Get(ctx, apiprobe.DefaultName, metav1.GetOptions{})
+	kept, err := l.Kube.CoreV1().ConfigMaps("default").Get(ctx, apiprobe.DefaultName, metav1.GetOptions{})
 	assert.NilError(t, err)
-	bad, badDigest := l.publish("panic")
-	proven := l.machine(leader)
+	bad, badDigest := l.Publish("panic")
+	proven := l.Machine(leader)
 	assert.Assert(t, proven.Status.Observed.BootID != "", "%s reports no boot", leader)
-	l.moveTo(bad, badDigest)
+	l.MoveTo(bad, badDigest)
 	start = time.Now()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		m, err := l.liken.LikenV1alpha1().Machines().Get(ctx, leader, metav1.GetOptions{})
+		m, err := l.Liken.LikenV1alpha1().Machines().Get(ctx, leader, metav1.GetOptions{})
 		if err != nil {
 			return poll.Continue("the API (down while the leader tries %s): %v", bad, err)
 		}
-		return trialFailedBack(m, proven)
+		return userlab.TrialFailedBack(m, proven)
 	}, poll.WithTimeout(15*time.Minute), poll.WithDelay(5*time.Second))
 	t.Logf("%s: trial of %s failed; back on its proven slot with its control plane ready in %s", leader, bad, time.Since(start).Round(time.Second))
-	after, err := l.kube.CoreV1().ConfigMaps("default").Get(ctx, apiprobe.DefaultName, metav1.GetOptions{})
+	after, err := l.Kube.CoreV1().ConfigMaps("default").Get(ctx, apiprobe.DefaultName, metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, after.Data, kept.Data)
-	c, err := l.liken.LikenV1alpha1().Clusters().Get(ctx, l.name, metav1.GetOptions{})
+	c, err := l.Liken.LikenV1alpha1().Clusters().Get(ctx, l.Name, metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.Assert(t, c.Status.Halt != nil && c.Status.Halt.Reason == likenv1.ReasonTrialFailed, "Cluster halt: %+v", c.Status.Halt)
-	assert.Equal(t, l.machine(worker).Status.Version, ver, "the worker tried the release the rollout halted on")
+	assert.Equal(t, l.Machine(worker).Status.Version, ver, "the worker tried the release the rollout halted on")
 }

@@ -21,6 +21,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/install"
 	"liken.sh/liken/cli/lab/endpoint"
+	"liken.sh/liken/e2e/internal/userlab"
 	"liken.sh/liken/internal/qemu"
 )
 
@@ -97,7 +98,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 
 	// The host's view of the datastore: each leader's forwarded client
 	// port.
-	etcd := etcdClient(t, l.identity)
+	etcd := userlab.EtcdClient(t, l.identity)
 	urls := map[string]string{}
 	for _, n := range names {
 		urls[n] = fmt.Sprintf("https://127.0.0.1:%d", reaches[n].client)
@@ -121,7 +122,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 	joined := time.Now()
 	vms[1].powerOn()
 	vms[2].powerOn()
-	waitDatastore(t, etcd, urls, 25*time.Minute)
+	userlab.WaitDatastore(t, etcd, urls, 25*time.Minute)
 	t.Logf("vm-2 and vm-3 joined: three voters, all healthy, %s after their power on", time.Since(joined).Round(time.Second))
 	for _, m := range vms {
 		a.nodeReady(t, m, "", 15*time.Minute)
@@ -153,7 +154,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 
 	vms[1].powerOn()
 	back := time.Now()
-	waitDatastore(t, etcd, urls, 20*time.Minute)
+	userlab.WaitDatastore(t, etcd, urls, 20*time.Minute)
 	a.nodeReady(t, vms[1], bootID, 15*time.Minute)
 	t.Logf("vm-2: its member votes again and its Node is Ready %s after power on", time.Since(back).Round(time.Second))
 }
