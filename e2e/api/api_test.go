@@ -581,9 +581,11 @@ func TestMachineIdentity(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, n.Spec.Unschedulable)
 
-	// Events: about its own Machine as liken-node; about its own Node and
-	// about pods as liken-node or as its kubelet (which reports pulls,
-	// starts and its Node's conditions); nothing else.
+	// Events, through either events API (the kubelet writes core v1
+	// events, liken-node events.k8s.io ones): about its own Machine as
+	// liken-node; about its own Node and about pods as liken-node or as its
+	// kubelet (which reports pulls, starts and its Node's conditions);
+	// nothing else.
 	for _, tc := range []struct {
 		kind, name, reporter, want string
 	}{
@@ -598,17 +600,27 @@ func TestMachineIdentity(t *testing.T) {
 		{kind: "Machine", name: "node-1", reporter: "kubelet", want: "not as kubelet"},
 		{kind: "Pod", name: "web-1", reporter: "cluster-operator", want: "not as cluster-operator"},
 	} {
+		reporter := tc.reporter
+		if reporter == "" {
+			reporter = "liken-node"
+		}
 		ev := event(tc.kind, tc.name)
-		if tc.reporter != "" {
-			ev.ReportingController = tc.reporter
-		}
+		ev.ReportingController = reporter
 		_, err := asNode1Kube.EventsV1().Events("default").Create(ctx, ev, metav1.CreateOptions{})
-		if tc.want == "" {
-			assert.Check(t, err, "event about %s %s", tc.kind, tc.name)
-			continue
+		core := coreEvent(tc.kind, tc.name, reporter)
+		_, coreErr := asNode1Kube.CoreV1().Events("default").Create(ctx, core, metav1.CreateOptions{})
+		// As older clients write them: the reporter in source.component only.
+		core = coreEvent(tc.kind, tc.name, reporter)
+		core.ReportingController, core.ReportingInstance = "", ""
+		_, sourceErr := asNode1Kube.CoreV1().Events("default").Create(ctx, core, metav1.CreateOptions{})
+		for api, err := range map[string]error{"events.k8s.io": err, "core v1": coreErr, "core v1, source only": sourceErr} {
+			if tc.want == "" {
+				assert.Check(t, err, "%s event about %s %s", api, tc.kind, tc.name)
+				continue
+			}
+			assert.Check(t, apierrors.IsForbidden(err), "%s event about %s %s: got %v", api, tc.kind, tc.name, err)
+			assert.Check(t, is.ErrorContains(err, tc.want), "%s event about %s %s", api, tc.kind, tc.name)
 		}
-		assert.Check(t, apierrors.IsForbidden(err), "event about %s %s: got %v", tc.kind, tc.name, err)
-		assert.Check(t, is.ErrorContains(err, tc.want), "event about %s %s", tc.kind, tc.name)
 	}
 }
 
@@ -789,6 +801,24 @@ func event(kind, name string) *eventsv1.Event {
 		Note:                "an event",
 		ReportingController: "liken-node", // as liken-node's recorder reports
 		ReportingInstance:   "liken-node-" + name,
+	}
+}
+
+// coreEvent is a core v1 event about kind/name reported by reporter, as
+// the kubelet records them.
+func coreEvent(kind, name, reporter string) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: name + "-", Namespace: "default"},
+		InvolvedObject:      corev1.ObjectReference{Kind: kind, Name: name, Namespace: "default"},
+		Reason:              "Test",
+		Message:             "an event",
+		Type:                corev1.EventTypeNormal,
+		Source:              corev1.EventSource{Component: reporter, Host: "node-1"},
+		ReportingController: reporter,
+		ReportingInstance:   "node-1",
+		FirstTimestamp:      metav1.Now(),
+		LastTimestamp:       metav1.Now(),
+		Count:               1,
 	}
 }
 
