@@ -1,6 +1,6 @@
 // Package operator runs cluster-operator: leader election on the Lease
-// liken-system/cluster-operator, and the turn, liveness and release
-// controllers under the leader's context.
+// liken-system/cluster-operator, and the turn, liveness, release and
+// machine-certificate controllers under the leader's context.
 package operator
 
 import (
@@ -35,6 +35,7 @@ import (
 	"liken.sh/liken/controllers/internal/leadership"
 	"liken.sh/liken/controllers/internal/metrics"
 	"liken.sh/liken/controllers/liveness"
+	"liken.sh/liken/controllers/nodeclients"
 	"liken.sh/liken/controllers/releases"
 	"liken.sh/liken/controllers/turns"
 	likenclient "liken.sh/liken/generated/clientset/versioned"
@@ -251,6 +252,17 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	if err != nil {
 		return err
 	}
+	csrFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = nodeclients.SignerFieldSelector
+	}))
+	approver, err := nodeclients.New(nodeclients.Config{
+		Requests: csrFactory.Certificates().V1().CertificateSigningRequests(), Machines: machines,
+		MachineReader: liken.LikenV1alpha1().Machines(), Writer: kube.CertificatesV1().CertificateSigningRequests(),
+		Recorder: recorder, Clock: clk,
+	})
+	if err != nil {
+		return err
+	}
 	relCtrl, err := releases.New(releases.Config{
 		Clusters: clusters, Client: liken.LikenV1alpha1().Clusters(), HTTP: &http.Client{},
 		Recorder: recorder, Metrics: m, Clock: clk,
@@ -261,7 +273,9 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	lf.Start(ctx.Done())
 	kf.Start(ctx.Done())
 	leaseFactory.Start(ctx.Done())
+	csrFactory.Start(ctx.Done())
 	defer lf.Shutdown()
+	defer csrFactory.Shutdown()
 	defer kf.Shutdown()
 	defer leaseFactory.Shutdown()
 
@@ -273,6 +287,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 		{"turns", turnCtrl.Run, 1},
 		{"liveness", liveCtrl.Run, 2},
 		{"releases", relCtrl.Run, 2},
+		{"nodeclients", approver.Run, 1},
 	}
 	errs := make(chan error, len(runs))
 	for _, r := range runs {
@@ -289,6 +304,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 		lf.WaitForCacheSync(ctx.Done())
 		kf.WaitForCacheSync(ctx.Done())
 		leaseFactory.WaitForCacheSync(ctx.Done())
+		csrFactory.WaitForCacheSync(ctx.Done())
 		if ctx.Err() == nil {
 			ready.Store(true)
 			klog.FromContext(ctx).Info("Informer caches synced; controllers running")
