@@ -529,7 +529,7 @@ func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *contro
 	if err := os.WriteFile(filepath.Join(dir, LayerFile), b.Bytes(), 0o600); err != nil {
 		return err
 	}
-	join, err := BootstrapKubeconfig(lay)
+	join, err := BootstrapKubeconfig(lay, machine)
 	if err != nil {
 		return err
 	}
@@ -561,18 +561,24 @@ func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *contro
 	if leader == nil {
 		return nil
 	}
-	return writeLeaderDir(filepath.Join(dir, LeaderDir), own.Identity, *leader)
+	return writeLeaderDir(filepath.Join(dir, LeaderDir), own, *leader)
 }
 
 // writeLeaderDir writes a leader's LeaderDir: the control plane's
-// configuration and every file of the identity, folders 0700 and files
-// 0600, as liken-node's control plane setup reads them.
-func writeLeaderDir(dir string, id *layer.Identity, cfg controlplane.Config) error {
+// configuration, the workers' join tokens and every file of the identity,
+// folders 0700 and files 0600, as liken-node's control plane setup and
+// init read them.
+func writeLeaderDir(dir string, lay *layer.Layer, cfg controlplane.Config) error {
+	id := lay.Identity
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{controlplane.ConfigFile: b}
+	tokens, err := yaml.Marshal(controlplane.JoinTokens{Tokens: lay.Tokens})
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{controlplane.ConfigFile: b, controlplane.JoinTokensFile: tokens}
 	for _, name := range layer.IdentityFiles() {
 		b, ok := id.Files[name]
 		if !ok {
@@ -605,16 +611,17 @@ func writeLeaderDir(dir string, id *layer.Identity, cfg controlplane.Config) err
 	return nil
 }
 
-// BootstrapKubeconfig returns the kubeconfig a machine of the layer joins
-// with: the Cluster's spec.network.endpoint, the identity's server CA, and
-// the bootstrap token of its join token.
-func BootstrapKubeconfig(lay *layer.Layer) ([]byte, error) {
-	id, secret, err := layer.BootstrapToken(lay.Identity.Files[layer.TokenFile])
+// BootstrapKubeconfig returns the kubeconfig the named machine of the
+// layer joins with: the Cluster's spec.network.endpoint, the identity's
+// server CA, and the machine's join token (its own, or the fleet's shared
+// one).
+func BootstrapKubeconfig(lay *layer.Layer, machine string) ([]byte, error) {
+	token, err := lay.JoinTokenOf(machine)
 	if err != nil {
 		return nil, err
 	}
 	server := lay.Cluster.Cluster.Spec.Network.EndpointURL()
-	return clientcmd.Write(join.BootstrapKubeconfig(server, lay.Identity.Files["server-ca.crt"], id+"."+secret))
+	return clientcmd.Write(join.BootstrapKubeconfig(server, lay.Identity.Files["server-ca.crt"], token))
 }
 
 func treeSize(dir string) (int64, error) {

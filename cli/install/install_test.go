@@ -102,8 +102,10 @@ spec:
 	assert.Assert(t, is.Len(errs, 0), "%v", errs)
 	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: "mycluster"})
 	assert.NilError(t, err)
+	tokens, err := layer.MachineTokens(machines, time.Now().Add(layer.DefaultJoinTokenTTL), nil)
+	assert.NilError(t, err)
 	p := filepath.Join(t.TempDir(), "layer.tgz")
-	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: machines, Identity: id}).WriteFile(p, false))
+	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: machines, Identity: id, Tokens: tokens}).WriteFile(p, false))
 	return p
 }
 
@@ -218,8 +220,9 @@ func TestInstallImage(t *testing.T) {
 			assert.Check(t, bytes.Equal(partFile(t, o.Disk, boots, "/A/initrd.img"), f.files[release.InitrdPath]))
 			assert.Check(t, is.Len(partList(t, o.Disk, boots, "/B"), 0))
 
-			// The layer partition: a leader's holds the whole identity, a
-			// worker's the certificates and the join token, no private key.
+			// The layer partition: a leader's holds the whole identity and
+			// every machine's join token, a worker's the certificates and
+			// its own join token, no private key and no other's token.
 			l, err := layer.ReadFile(lay, layer.DefaultLimits)
 			assert.NilError(t, err)
 			onDisk, err := layer.Read(bytes.NewReader(partFile(t, o.Disk, parts[1], "/"+LayerFile)), layer.DefaultLimits)
@@ -228,8 +231,8 @@ func TestInstallImage(t *testing.T) {
 			assert.Check(t, is.Equal(onDisk.Identity.HasPrivateKeys(), tc.leader))
 			for name, b := range l.Identity.Files {
 				got, ok := onDisk.Identity.Files[name]
-				if strings.HasSuffix(name, ".key") && !tc.leader {
-					assert.Check(t, !ok, "a worker's disk holds the private key %s", name)
+				if (strings.HasSuffix(name, ".key") || name == layer.TokenFile) && !tc.leader {
+					assert.Check(t, !ok, "a worker's disk holds the identity's %s", name)
 					continue
 				}
 				assert.Check(t, ok && bytes.Equal(got, b), "%s on the disk differs from the layer's", name)
@@ -243,18 +246,23 @@ func TestInstallImage(t *testing.T) {
 			// The kubelet checks the API server's client certificate
 			// (kubectl logs, exec) against the identity's client CA.
 			assert.Check(t, bytes.Equal(partFile(t, o.Disk, parts[1], "/"+ClientCAFile), l.Identity.Files["client-ca.crt"]))
+			own, ok := l.Token(tc.machine)
+			assert.Assert(t, ok)
+			if tc.leader {
+				assert.Check(t, is.DeepEqual(onDisk.Tokens, l.Tokens))
+			} else {
+				assert.Check(t, is.DeepEqual(onDisk.Tokens, []controlplane.MachineToken{own}))
+			}
 			// What kubelet and liken-node join with: the Cluster's
-			// endpoint, the server CA, the join token's bootstrap token;
+			// endpoint, the server CA, the machine's own join token;
 			// readable by root only.
 			join, err := clientcmd.Load(partFile(t, o.Disk, parts[1], "/"+BootstrapFile))
-			assert.NilError(t, err)
-			id, secret, err := layer.BootstrapToken(l.Identity.Files[layer.TokenFile])
 			assert.NilError(t, err)
 			ctx := join.Contexts[join.CurrentContext]
 			assert.Assert(t, ctx != nil)
 			assert.Check(t, is.Equal(join.Clusters[ctx.Cluster].Server, "https://10.0.0.10:6443"))
 			assert.Check(t, bytes.Equal(join.Clusters[ctx.Cluster].CertificateAuthorityData, l.Identity.Files["server-ca.crt"]))
-			assert.Check(t, is.Equal(join.AuthInfos[ctx.AuthInfo].Token, id+"."+secret))
+			assert.Check(t, is.Equal(join.AuthInfos[ctx.AuthInfo].Token, own.Token))
 			stat, err := exec.Command("debugfs", "-R", "stat /"+BootstrapFile, fmt.Sprintf("%s?offset=%d", o.Disk, int64(parts[1].Start)*512)).Output()
 			assert.NilError(t, err)
 			assert.Check(t, is.Contains(string(stat), "Mode:  0600"))
@@ -325,6 +333,12 @@ func checkLeaderDir(t *testing.T, disk string, p diskimage.Partition, l *layer.L
 		assert.Check(t, bytes.Equal(b, l.Identity.Files[name]), "%s/%s differs from the layer's", controlplane.IdentityDir, name)
 	}
 	assert.Check(t, controlplane.Setup(cfg, filepath.Join(local, controlplane.IdentityDir), t.TempDir(), time.Now()))
+	// Every machine's join token, which the leader's init makes tokens of
+	// the cluster.
+	read(controlplane.JoinTokensFile)
+	tokens, err := controlplane.LoadJoinTokens(filepath.Join(local, controlplane.JoinTokensFile))
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(tokens.Tokens, l.Tokens))
 }
 
 // TestInstallRefuses: what liken install refuses, and that it writes

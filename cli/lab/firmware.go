@@ -22,6 +22,7 @@ import (
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/image"
 	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/join"
 )
 
 // Layout of a simulated machine's folder.
@@ -45,7 +46,6 @@ type firmware struct {
 	lab           string
 	adminConfig   string
 	nodeConfig    string
-	bootConfig    string
 	likenNode     string
 	bootTime      time.Duration
 	out           io.Writer
@@ -78,10 +78,9 @@ func newMachineCommand() *cobra.Command {
 	fl.StringVar(&f.lab, "lab-dir", "", "the lab's folder")
 	fl.StringVar(&f.adminConfig, "admin-kubeconfig", "", "the lab's admin kubeconfig (the simulated power switch)")
 	fl.StringVar(&f.nodeConfig, "node-kubeconfig", "", "where the machine keeps its own kubeconfig, which its liken-node writes when it joins")
-	fl.StringVar(&f.bootConfig, "bootstrap-kubeconfig", "", "the kubeconfig with the cluster's join token")
 	fl.StringVar(&f.likenNode, "liken-node", "", "the node daemon binary")
 	fl.DurationVar(&f.bootTime, "boot-time", 2*time.Second, "how long a boot takes")
-	for _, n := range []string{"name", "dir", "lab-dir", "admin-kubeconfig", "node-kubeconfig", "bootstrap-kubeconfig", "liken-node"} {
+	for _, n := range []string{"name", "dir", "lab-dir", "admin-kubeconfig", "node-kubeconfig", "liken-node"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
@@ -244,19 +243,37 @@ func (f *firmware) join(reachable bool) (kubeconfig, bootstrap string, err error
 	if l.Machine(f.name) == nil {
 		return "", "", fmt.Errorf("the deployment layer has no Machine %s", f.name)
 	}
-	want, err := os.ReadFile(filepath.Join(f.lab, "identity", layer.TokenFile))
+	want, err := os.ReadFile(filepath.Join(f.lab, "identity", "server-ca.crt"))
 	if err != nil {
-		return "", "", fmt.Errorf("reading the lab's join token: %w", err)
+		return "", "", fmt.Errorf("reading the lab's server CA: %w", err)
 	}
-	if string(l.Identity.Files[layer.TokenFile]) != string(want) {
-		return "", "", errors.New("the deployment layer's join token is not this cluster's")
+	if string(l.Identity.Files["server-ca.crt"]) != string(want) {
+		return "", "", errors.New("the deployment layer is not this cluster's: its identity's server CA is another")
+	}
+	// The machine's own join token, in a kubeconfig as liken install writes
+	// it next to the layer.
+	bootConfig := filepath.Join(f.dir, machineRunDir, "bootstrap.kubeconfig")
+	token, err := l.JoinTokenOf(f.name)
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(bootConfig), 0o755); err != nil {
+		return "", "", err
+	}
+	admin, err := clientcmd.LoadFromFile(f.adminConfig)
+	if err != nil {
+		return "", "", err
+	}
+	c := admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
+	if err := clientcmd.WriteToFile(join.BootstrapKubeconfig(c.Server, c.CertificateAuthorityData, token), bootConfig); err != nil {
+		return "", "", err
 	}
 	if reachable {
-		return f.nodeConfig, f.bootConfig, nil
+		return f.nodeConfig, bootConfig, nil
 	}
 	run := filepath.Join(f.dir, machineRunDir)
 	kubeconfig, bootstrap = filepath.Join(run, "unreachable.kubeconfig"), filepath.Join(run, "unreachable-bootstrap.kubeconfig")
-	if err := unreachable(f.bootConfig, bootstrap); err != nil {
+	if err := unreachable(bootConfig, bootstrap); err != nil {
 		return "", "", err
 	}
 	if _, err := os.Stat(f.nodeConfig); errors.Is(err, fs.ErrNotExist) {

@@ -43,8 +43,6 @@ type State struct {
 	Dir string `json:"dir"`
 	// Kubeconfig is the admin kubeconfig.
 	Kubeconfig string `json:"kubeconfig"`
-	// BootstrapKubeconfig holds the join token machines join with.
-	BootstrapKubeconfig string `json:"bootstrapKubeconfig"`
 	// Channel is the URL of the lab's release channel.
 	Channel string `json:"channel"`
 	// Endpoint is the URL of the VM lab's API endpoint on this computer,

@@ -254,7 +254,7 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, BootstrapKubeconfig: cp.BootstrapKubeconfig(), ChannelDir: filepath.Join(dir, "channel")}
+	st := &State{Name: o.name, Dir: dir, Kubeconfig: cp.AdminKubeconfig, ChannelDir: filepath.Join(dir, "channel")}
 	st.Processes = append(st.Processes, derefAll(cp.Processes)...)
 	defer func() {
 		if err != nil {
@@ -292,6 +292,11 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 	if _, err := cp.Kubectl(ctx, "apply", "-f", docsFile); err != nil {
 		return err
 	}
+	// The lab's control plane plays the leaders': it makes the workers'
+	// join tokens tokens of the cluster, as a leader's init does.
+	if err := cp.CreateJoinTokens(ctx, l.Tokens); err != nil {
+		return err
+	}
 	step("Cluster %s and %d Machines created; deployment layer packed", o.name, o.machines)
 
 	for i, n := range names {
@@ -303,8 +308,10 @@ func up(ctx context.Context, o upOptions, out, log io.Writer) (err error) {
 			return err
 		}
 		mdir := filepath.Join(dir, "machines", n)
-		// Its liken-node joins with the join token at first boot and keeps
-		// its own credentials on its disk.
+		// Its liken-node joins with its own join token at first boot (the
+		// lab's leaders run no control plane of their own, as leaders of a
+		// control plane that is not liken's) and keeps its own credentials
+		// on its disk.
 		m := MachineInfo{Name: n, Role: roleOf(i, o.leaders), Kubeconfig: filepath.Join(mdir, machineDiskDir, machineKubeconfig), Dir: mdir}
 		if err := installMachine(ctx, m, st.ChannelDir, version, digest, l); err != nil {
 			return fmt.Errorf("installing machine %s: %w", n, err)
@@ -601,7 +608,7 @@ func startMachineWith(st *State, m *MachineInfo, bins binaries) (*controlplane.P
 	}
 	p, err := controlplane.StartProcess(bins.liken, []string{"lab", "machine",
 		"--name", m.Name, "--dir", m.Dir, "--lab-dir", st.Dir,
-		"--admin-kubeconfig", st.Kubeconfig, "--node-kubeconfig", m.Kubeconfig, "--bootstrap-kubeconfig", st.BootstrapKubeconfig,
+		"--admin-kubeconfig", st.Kubeconfig, "--node-kubeconfig", m.Kubeconfig,
 		"--liken-node", bins.likenNode,
 	}, filepath.Join(m.Dir, machineLog), true)
 	if err != nil {

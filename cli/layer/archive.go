@@ -16,6 +16,7 @@ import (
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/atomicfile"
+	"liken.sh/liken/node/controlplane"
 )
 
 // Member names inside a layer archive.
@@ -40,6 +41,9 @@ type Manifest struct {
 	Cluster string `json:"cluster"`
 	// Machines are the machines' names, sorted.
 	Machines []string `json:"machines"`
+	// SharedJoinToken is true when the fleet opted in to one join token for
+	// every machine (the identity's): then the layer holds no machine's own.
+	SharedJoinToken bool `json:"sharedJoinToken,omitempty"`
 }
 
 // Layer is a deployment layer: one Cluster, its Machines and the cluster
@@ -51,6 +55,13 @@ type Layer struct {
 	Machines []*Document
 	// Identity is the cluster identity.
 	Identity *Identity
+	// Tokens are the machines' own join tokens: all of them in the fleet's
+	// layer and a leader's, the worker's own in a worker's.
+	Tokens []controlplane.MachineToken
+	// SharedJoinToken is true when every machine joins with the identity's
+	// join token (liken layer pack --shared-join-token), which then may ask
+	// for any Machine's certificate.
+	SharedJoinToken bool
 }
 
 // Limits bound what Read accepts.
@@ -87,7 +98,7 @@ func (l *Layer) Write(w io.Writer) error {
 	if l.Cluster == nil || l.Identity == nil {
 		return errors.New("a layer needs a Cluster and an identity")
 	}
-	m := Manifest{Format: Format, Cluster: l.Cluster.Name}
+	m := Manifest{Format: Format, Cluster: l.Cluster.Name, SharedJoinToken: l.SharedJoinToken}
 	for _, d := range l.Machines {
 		m.Machines = append(m.Machines, d.Name)
 	}
@@ -132,6 +143,15 @@ func (l *Layer) Write(w io.Writer) error {
 			continue // a worker's layer has no private keys
 		}
 		if err := add(IdentityDir+name, b); err != nil {
+			return err
+		}
+	}
+	if len(l.Tokens) > 0 {
+		b, err := marshalTokens(l.Tokens)
+		if err != nil {
+			return err
+		}
+		if err := add(JoinTokensMember, b); err != nil {
 			return err
 		}
 	}
@@ -384,7 +404,7 @@ func parseMembers(members map[string][]byte) (*Layer, error) {
 	for _, n := range names {
 		b := members[n]
 		switch {
-		case n == ManifestMember:
+		case n == ManifestMember, n == JoinTokensMember:
 		case n == ClusterMember:
 			d, err := ValidateDocument(n, b)
 			if err != nil {
@@ -438,7 +458,21 @@ func parseMembers(members map[string][]byte) (*Layer, error) {
 			if man.Cluster != cluster.Name || strings.Join(man.Machines, ",") != strings.Join(got, ",") {
 				errs = append(errs, &MemberError{Member: ManifestMember, Err: errors.New("does not list the archive's Cluster and Machines: the archive was changed after it was packed")})
 			}
+			if b, ok := members[JoinTokensMember]; ok {
+				tokens, err := parseTokens(b, machines)
+				if err != nil {
+					memberErr(JoinTokensMember, err)
+				}
+				l.Tokens = tokens
+			}
 		}
+	}
+	l.SharedJoinToken = man.SharedJoinToken
+	if l.SharedJoinToken && len(l.Tokens) > 0 {
+		errs = append(errs, &MemberError{Member: JoinTokensMember, Err: errors.New("a layer whose machines share one join token holds no machine's own")})
+	}
+	if _, ok := l.Identity.Files[TokenFile]; l.SharedJoinToken && !ok {
+		errs = append(errs, fmt.Errorf("the layer's machines share the identity's join token, and %s%s is missing", IdentityDir, TokenFile))
 	}
 	if err := l.Identity.Verify(); err != nil {
 		errs = append(errs, fmt.Errorf("the identity in %s: %w", IdentityDir, err))
@@ -460,9 +494,13 @@ func (l *Layer) Machine(name string) *v1alpha1.Machine {
 }
 
 // ForMachine returns the layer as the named machine's disk carries it. A
-// leader gets the whole layer; a worker gets it without the identity's
-// private keys, so that a stolen worker disk cannot sign certificates or
-// service-account tokens. It fails when the layer has no such machine.
+// leader gets the whole layer, every worker's join token included (its
+// control-plane init makes them tokens of the cluster). A worker gets it
+// without the identity's private keys, so that a stolen worker disk cannot
+// sign certificates or service-account tokens, and with its own join token
+// only (or, in a fleet that opted in to one, the shared one), so that it
+// cannot join as another machine. It fails when the layer has no such
+// machine.
 func (l *Layer) ForMachine(name string) (*Layer, error) {
 	m := l.Machine(name)
 	if m == nil {
@@ -473,5 +511,14 @@ func (l *Layer) ForMachine(name string) (*Layer, error) {
 	}
 	out := *l
 	out.Identity = l.Identity.WithoutPrivateKeys()
+	out.Tokens = nil
+	if !l.SharedJoinToken {
+		delete(out.Identity.Files, TokenFile)
+		t, ok := l.Token(name)
+		if !ok {
+			return nil, fmt.Errorf("the layer holds no join token for Machine %s: pack the layer again (liken layer pack)", name)
+		}
+		out.Tokens = []controlplane.MachineToken{t}
+	}
 	return &out, nil
 }

@@ -4,15 +4,20 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"liken.sh/liken/node/controlplane"
 )
 
 // fixtureIdentity copies testdata/identity into a temporary directory with
@@ -50,7 +55,23 @@ func fixtureLayer(t testing.TB) *Layer {
 	}
 	c, ms, errs := CheckFleet(docs)
 	assert.Equal(t, len(errs), 0, "%v", errs)
-	return &Layer{Cluster: c, Machines: ms, Identity: id}
+	var tokens []controlplane.MachineToken
+	for i, m := range ms {
+		tokens = append(tokens, controlplane.MachineToken{Machine: m.Name, Token: fmt.Sprintf("tokn%02d.0123456789abcdef", i+1), Expires: fixtureTokenExpiry})
+	}
+	return &Layer{Cluster: c, Machines: ms, Identity: id, Tokens: tokens}
+}
+
+// fixtureTokenExpiry is when the fixture layer's join tokens expire.
+var fixtureTokenExpiry = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// maskJoinTokens replaces what changes with every pack and every day in
+// the tokens liken layer prints (ids, expiries, and how far away they are)
+// with fixed words, for golden files.
+func maskJoinTokens(s string) string {
+	s = regexp.MustCompile(`(?m)^(  \S+\s+)[a-z0-9]{6}(\s+)\d{4}-\d\d-\d\d \d\d:\d\d UTC`).ReplaceAllString(s, "${1}TOKENID${2}EXPIRY")
+	s = regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d UTC`).ReplaceAllString(s, "EXPIRY")
+	return regexp.MustCompile(`\(in [0-9a-z]+\)`).ReplaceAllString(s, "(in SOME TIME)")
 }
 
 func archiveBytes(t testing.TB, l *Layer) []byte {
@@ -299,7 +320,7 @@ func TestDescribeGolden(t *testing.T) {
 	l := fixtureLayer(t)
 	var buf bytes.Buffer
 	assert.NilError(t, l.Describe(&buf, "layer.tgz", true))
-	golden.Assert(t, buf.String(), gold("inspect.golden"))
+	golden.Assert(t, maskJoinTokens(buf.String()), gold("inspect.golden"))
 	for _, n := range IdentityFiles() {
 		if isSecretFile(n) {
 			assert.Assert(t, !strings.Contains(buf.String(), strings.TrimSpace(string(l.Identity.Files[n]))), "%s printed", n)
@@ -383,11 +404,19 @@ func TestLayerForMachine(t *testing.T) {
 			assert.Equal(t, len(got.Machines), len(l.Machines))
 			for name, b := range l.Identity.Files {
 				kept, ok := got.Identity.Files[name]
-				if strings.HasSuffix(name, ".key") && !tc.withKeys {
+				if (strings.HasSuffix(name, ".key") || name == TokenFile) && !tc.withKeys {
 					assert.Check(t, !ok, "%s kept on a worker", name)
 					continue
 				}
 				assert.Check(t, ok && bytes.Equal(kept, b), "%s", name)
+			}
+			// A leader keeps every machine's join token (its init makes
+			// them tokens of the cluster); a worker its own only.
+			if tc.withKeys {
+				assert.DeepEqual(t, got.Tokens, l.Tokens)
+			} else {
+				own, _ := l.Token(tc.machine)
+				assert.DeepEqual(t, got.Tokens, []controlplane.MachineToken{own})
 			}
 			var out bytes.Buffer
 			assert.NilError(t, got.Describe(&out, "layer.tgz", false))

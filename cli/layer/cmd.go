@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
@@ -27,8 +28,8 @@ func NewCommand() *cobra.Command {
 		Short: "Create the cluster identity, pack or inspect layers, issue admin kubeconfigs",
 		Long: `A deployment layer is the small archive every machine boots with, next to
 the read-only OS image. It holds the Cluster document, the Machine
-documents and the cluster identity (its certificate authorities, key pairs
-and join token).
+documents, the cluster identity (its certificate authorities and key
+pairs) and each machine's join token.
 
 Generate the identity once per cluster and keep it secret; pack a layer
 whenever you install machines; inspect a layer to see what it holds without
@@ -45,7 +46,10 @@ The archive is a gzip-compressed tar of regular files, each mode 0600:
   identity/etcd/server-ca.crt     and .key: the datastore's
   identity/etcd/peer-ca.crt       and .key: between datastore members
   identity/service.key       the service-account signing key
-  identity/token             the join token (K10<server CA hash>::<id>.<secret>)
+  identity/token             the identity's join token (K10<server CA hash>::<id>.<secret>),
+                             every machine's only in a layer packed with --shared-join-token
+  join-tokens.yaml           each machine's own join token and its expiry (a worker's
+                             layer: its own only)
 
 Readers refuse absolute paths, .., links, devices, unexpected members and
 oversized members or archives, naming the member.`,
@@ -63,7 +67,7 @@ oversized members or archives, naming the member.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newGenerateCommand(), newPackCommand(), newInspectCommand(), newKubeconfigCommand())
+	cmd.AddCommand(newGenerateCommand(), newPackCommand(), newInspectCommand(), newTokenCommand(), newKubeconfigCommand())
 	return cmd
 }
 
@@ -121,6 +125,8 @@ func newPackCommand() *cobra.Command {
 		identity string
 		output   string
 		force    bool
+		tokenTTL time.Duration
+		shared   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "pack -f FILE... --identity DIR -o FILE",
@@ -141,7 +147,17 @@ nothing is written.
 An even number of leaders is packed with a warning: the datastore
 answers only while a majority of its leaders do, so two leaders survive
 no more failures than one, and four no more than three. The archive (tar, gzip) is written with mode 0600
-because it holds private keys and the join token.
+because it holds private keys and join tokens.
+
+Each machine gets a join token of its own, bound to its name: with it
+cluster-operator approves that machine's certificate and no other, and
+the API server accepts it until --join-token-ttl after the pack (a week
+by default), the time to install the fleet. A worker's disk holds its own
+token only; a leader's holds them all, and its control plane makes them
+tokens of the cluster at its first boot. --shared-join-token gives every
+machine the identity's one token instead, which can ask for any
+Machine's certificate: only for fleets that accept that a copied worker
+disk can act as any machine.
 
 Documents may come from several files, from directories (their .yaml,
 .yml and .json files), and from kubectl get -o yaml output.`,
@@ -155,7 +171,7 @@ Documents may come from several files, from directories (their .yaml,
 			if output == "" {
 				return fmt.Errorf("no output file: pass -o FILE, such as -o layer.tgz")
 			}
-			l, err := Assemble(PackOptions{Files: files, IdentityDir: identity})
+			l, err := Assemble(PackOptions{Files: files, IdentityDir: identity, TokenTTL: tokenTTL, SharedJoinToken: shared})
 			if err != nil {
 				return err
 			}
@@ -182,7 +198,13 @@ Documents may come from several files, from directories (their .yaml,
 				output, cmdutil.HumanBytes(st.Size()), l.Cluster.Name, l.Cluster.Cluster.Spec.Version,
 				cmdutil.Plural(len(l.Machines), "machine", "machines"), cmdutil.Plural(leaders, "leader", "leaders"),
 				cmdutil.Plural(len(l.Machines)-leaders, "worker", "workers"))
-			fmt.Fprintf(out, "It holds private keys and the join token: keep it secret. See what it holds with: liken layer inspect %s\n", output)
+			if shared {
+				fmt.Fprintf(out, "Every machine joins with the identity's shared join token, which may ask for any Machine's certificate.\n")
+			} else if len(l.Tokens) > 0 {
+				fmt.Fprintf(out, "Each machine joins with a token of its own, valid until %s: install the machines before then, or pack again.\n",
+					l.Tokens[0].Expires.UTC().Format("2006-01-02 15:04 MST"))
+			}
+			fmt.Fprintf(out, "It holds private keys and join tokens: keep it secret. See what it holds with: liken layer inspect %s\n", output)
 			return nil
 		},
 	}
@@ -190,6 +212,8 @@ Documents may come from several files, from directories (their .yaml,
 	cmd.Flags().StringVar(&identity, "identity", "", "Directory of the cluster identity (written by liken layer generate).")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Archive to write, such as layer.tgz.")
 	cmd.Flags().BoolVar(&force, "force", false, "Replace the output file if it exists.")
+	cmd.Flags().DurationVar(&tokenTTL, "join-token-ttl", DefaultJoinTokenTTL, "How long each machine's own join token is valid: the time to install the fleet. A machine needs it for its first join only.")
+	cmd.Flags().BoolVar(&shared, "shared-join-token", false, "Let every machine join with the identity's one join token, which may then ask for the certificate of any Machine (a copied worker disk can act as any machine). Without it each machine gets a token of its own.")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	_ = cmd.MarkFlagDirname("identity")
 	return cmd
@@ -349,10 +373,14 @@ func (l *Layer) Describe(w io.Writer, name string, documents bool) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%d\n", m.Name, m.Spec.Role, m.Spec.RebootPolicy, portNames(m), len(m.Spec.Disks), len(m.Spec.KernelModules))
 	}
 	tw.Flush()
-	if l.Identity.HasPrivateKeys() {
+	l.describeJoining(w, time.Now())
+	switch {
+	case l.Identity.HasPrivateKeys():
 		fmt.Fprintln(w, "Identity:")
-	} else {
-		fmt.Fprintln(w, "Identity:  certificates and join token only, no private key (a worker's copy: it can join, never sign)")
+	case l.SharedJoinToken:
+		fmt.Fprintln(w, "Identity:  certificates and the shared join token only, no private key (a worker's copy: it can join, never sign)")
+	default:
+		fmt.Fprintln(w, "Identity:  certificates only, no private key (a worker's copy: it joins with its own token, never signs)")
 	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  FILE\tKIND\tDETAIL\tSHA256")
@@ -371,6 +399,33 @@ func (l *Layer) Describe(w io.Writer, name string, documents bool) error {
 		}
 	}
 	return nil
+}
+
+// describeJoining says how the layer's machines join, and each worker's
+// token by its id (the requester system:bootstrap:<id> of its certificate
+// request) and expiry; never a token's secret.
+func (l *Layer) describeJoining(w io.Writer, now time.Time) {
+	if l.SharedJoinToken {
+		fmt.Fprintln(w, "Joining:   every machine with the identity's shared join token, which may ask for the certificate of any Machine (packed with --shared-join-token)")
+		return
+	}
+	fmt.Fprintln(w, "Joining:   each machine with a join token of its own, which gets only that machine's certificate (a leader of liken's control plane issues its own)")
+	if len(l.Tokens) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  MACHINE\tTOKEN ID\tEXPIRES")
+	for _, t := range l.Tokens {
+		id, _, _ := t.Split()
+		when := t.Expires.UTC().Format("2006-01-02 15:04 MST")
+		if !now.Before(t.Expires) {
+			when += " (expired: liken layer pack makes new tokens)"
+		} else {
+			when += " (in " + duration.HumanDuration(t.Expires.Sub(now)) + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", t.Machine, id, when)
+	}
+	tw.Flush()
 }
 
 func portNames(m *v1alpha1.Machine) string {

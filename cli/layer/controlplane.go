@@ -47,7 +47,9 @@ func (l *Layer) ControlPlaneConfig(machine string) (controlplane.Config, error) 
 	for _, d := range l.Machines {
 		ms = append(ms, d.Machine)
 	}
-	return LeaderConfig(l.Cluster.Cluster, ms, machine)
+	cfg, err := LeaderConfig(l.Cluster.Cluster, ms, machine)
+	cfg.SharedJoinToken = l.SharedJoinToken
+	return cfg, err
 }
 
 // LeaderConfig derives a leader's control plane configuration from its

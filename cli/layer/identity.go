@@ -324,9 +324,10 @@ func (id *Identity) HasPrivateKeys() bool {
 	return false
 }
 
-// WithoutPrivateKeys returns the identity a worker's disk carries: the CA
-// certificates and the join token, and no private key. A worker joins with
-// the token and trusts the certificates; it never signs anything.
+// WithoutPrivateKeys returns the identity without its private keys: the CA
+// certificates and the join token. A worker's disk carries it (without the
+// token, unless the fleet shares one): it trusts the certificates and
+// never signs anything.
 func (id *Identity) WithoutPrivateKeys() *Identity {
 	out := &Identity{Files: map[string][]byte{}}
 	for name, b := range id.Files {
@@ -340,13 +341,16 @@ func (id *Identity) WithoutPrivateKeys() *Identity {
 // Verify checks that every file is present and well formed: each CA
 // certificate is a CA and its key matches it, the service-account key is a
 // private key, and the join token names the server CA. An identity without
-// any private key (a worker's) is complete with its certificates and token;
-// one with only some of its keys is not.
+// any private key (a worker's) is complete with its certificates, and its
+// join token if it has one; one with only some of its keys is not.
 func (id *Identity) Verify() error {
 	var errs []error
 	withKeys := id.HasPrivateKeys()
 	for _, name := range IdentityFiles() {
-		if _, ok := id.Files[name]; !ok && (withKeys || !slices.Contains(privateKeyFiles(), name)) {
+		// A worker's identity has no private key, and its join token only
+		// when its fleet shares one.
+		optional := !withKeys && (name == TokenFile || slices.Contains(privateKeyFiles(), name))
+		if _, ok := id.Files[name]; !ok && !optional {
 			errs = append(errs, fmt.Errorf("%s is missing", name))
 		}
 	}
@@ -379,8 +383,10 @@ func (id *Identity) Verify() error {
 			errs = append(errs, fmt.Errorf("%s: %w", ServiceAccountKeyFile, err))
 		}
 	}
-	if err := checkToken(id.Files[TokenFile], id.Files["server-ca.crt"]); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", TokenFile, err))
+	if tok, ok := id.Files[TokenFile]; ok {
+		if err := checkToken(tok, id.Files["server-ca.crt"]); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", TokenFile, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -3,10 +3,12 @@ package layer
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/internal/cmdutil"
@@ -19,6 +21,17 @@ type PackOptions struct {
 	Files []string
 	// IdentityDir is a directory written by liken layer generate.
 	IdentityDir string
+	// TokenTTL is how long each worker's own join token is valid
+	// (DefaultJoinTokenTTL when zero).
+	TokenTTL time.Duration
+	// SharedJoinToken makes every machine join with the identity's join
+	// token, which may then ask for any Machine's certificate, instead of
+	// a token of its own.
+	SharedJoinToken bool
+	// Now is when the tokens' lifetime starts (time.Now when zero).
+	Now time.Time
+	// Rand makes the tokens (crypto/rand when nil).
+	Rand io.Reader
 }
 
 // PackError lists every problem found while assembling a layer.
@@ -98,8 +111,25 @@ func Assemble(opts PackOptions) (*Layer, error) {
 			l.Identity = id
 		}
 	}
+	switch {
+	case opts.TokenTTL < 0:
+		problems = append(problems, fmt.Errorf("--join-token-ttl %s: a join token's lifetime must be more than 0", opts.TokenTTL))
+	case opts.TokenTTL == 0:
+		opts.TokenTTL = DefaultJoinTokenTTL
+	}
 	if len(problems) > 0 {
 		return nil, &PackError{Problems: problems}
+	}
+	l.SharedJoinToken = opts.SharedJoinToken
+	if !l.SharedJoinToken {
+		if opts.Now.IsZero() {
+			opts.Now = time.Now()
+		}
+		tokens, err := MachineTokens(l.Machines, opts.Now.Add(opts.TokenTTL), opts.Rand)
+		if err != nil {
+			return nil, err
+		}
+		l.Tokens = tokens
 	}
 	return l, nil
 }

@@ -81,8 +81,28 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.synced = []cache.DoneChecker{reqs.HasSyncedChecker(), cfg.Machines.Informer().HasSyncedChecker()}
+	// A new Machine may be what a pending request waits for.
+	machines, err := cfg.Machines.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.requeuePending() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.synced = []cache.DoneChecker{reqs.HasSyncedChecker(), machines.HasSyncedChecker()}
 	return c, nil
+}
+
+// requeuePending queues every request not decided yet.
+func (c *Controller) requeuePending() {
+	reqs, err := c.requests.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, r := range reqs {
+		if !decided(r) {
+			c.queue.Add(r.Name)
+		}
+	}
 }
 
 // Run syncs until ctx ends.
@@ -122,9 +142,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if !ok {
 		return 0, nil
 	}
-	if v.Reason == ReasonNoSuchMachine {
-		// The cache may not hold a Machine created a moment ago, and a
-		// denial is final: deny only what the API server confirms.
+	if v.Wait {
+		// The cache may not hold a Machine created a moment ago: ask the
+		// API server. A Machine created later queues the request again.
 		_, err := c.cfg.MachineReader.Get(ctx, v.Machine, metav1.GetOptions{})
 		switch {
 		case err == nil:
@@ -132,6 +152,8 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		case !apierrors.IsNotFound(err):
 			return 0, fmt.Errorf("reading Machine %s: %w", v.Machine, err)
 		}
+		klog.FromContext(ctx).Info("A certificate request waits for its Machine", "request", csr.Name, "requester", csr.Spec.Username, "machine", v.Machine, "message", v.Message)
+		return 0, nil
 	}
 	cond := certificatesv1.CertificateSigningRequestCondition{
 		Type:           certificatesv1.CertificateDenied,

@@ -23,8 +23,8 @@ import (
 
 // TestControllerWritesTheVerdict runs the controller on fake clients: it
 // approves a machine's own request, denies another machine's name with a
-// Warning event on the Machine asked for, and denies a name no Machine has
-// only once the API confirms it.
+// Warning event on the Machine asked for, and keeps a request for a name no
+// Machine has pending until the Machine is created.
 func TestControllerWritesTheVerdict(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -57,7 +57,7 @@ func TestControllerWritesTheVerdict(t *testing.T) {
 		}
 		return &got.Status.Conditions[0]
 	}
-	for _, name := range []string{"own", "other", "missing"} {
+	for _, name := range []string{"own", "other"} {
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
 			if verdict(name) == nil {
 				return poll.Continue("request %s is not decided yet", name)
@@ -69,8 +69,17 @@ func TestControllerWritesTheVerdict(t *testing.T) {
 	assert.Check(t, is.Equal(verdict("own").Reason, ReasonOwnJoinToken))
 	assert.Check(t, is.Equal(verdict("other").Type, certificatesv1.CertificateDenied))
 	assert.Check(t, is.Equal(verdict("other").Reason, ReasonAnotherMachine))
-	assert.Check(t, is.Equal(verdict("missing").Type, certificatesv1.CertificateDenied))
-	assert.Check(t, is.Equal(verdict("missing").Reason, ReasonNoSuchMachine))
+	assert.Check(t, verdict("missing") == nil, "a request for a Machine not created yet was decided")
+	_, err = liken.LikenV1alpha1().Machines().Create(ctx, testutil.Machine("worker-9"), metav1.CreateOptions{})
+	assert.NilError(t, err)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if verdict("missing") == nil {
+			return poll.Continue("the request for worker-9 waits")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
+	assert.Check(t, is.Equal(verdict("missing").Type, certificatesv1.CertificateApproved))
+	assert.Check(t, is.Equal(verdict("missing").Reason, ReasonOwnJoinToken))
 	select {
 	case ev := <-rec.Events:
 		assert.Check(t, is.Contains(ev, corev1.EventTypeWarning+" "+EventCertificateRefused))

@@ -28,7 +28,8 @@ const (
 	ReasonFleetJoinToken = "LikenFleetJoinToken"
 	// ReasonAnotherMachine denies a request for another machine's name.
 	ReasonAnotherMachine = "LikenAnotherMachine"
-	// ReasonNoSuchMachine denies a request for a name no Machine has.
+	// ReasonNoSuchMachine keeps a request for a name no Machine has
+	// pending, until the Machine is created.
 	ReasonNoSuchMachine = "LikenNoSuchMachine"
 	// ReasonNotAMachine denies a request from someone who is neither a
 	// join token nor a machine.
@@ -48,8 +49,12 @@ const (
 
 // Verdict is what to do with one request.
 type Verdict struct {
-	// Approve approves the request; otherwise it is denied.
+	// Approve approves the request; otherwise it is denied, unless Wait.
 	Approve bool
+	// Wait leaves the request pending: it would be approved, but no
+	// Machine has the name yet. The machine's kubelet and liken-node wait
+	// for the answer, so creating the Machine lets them join.
+	Wait bool
 	// Machine is the name the request asks for ("" when it names none).
 	Machine string
 	// Reason is the condition's reason, one of the Reason constants.
@@ -71,7 +76,8 @@ type Machines interface {
 // (kubernetes.io/kube-apiserver-client-kubelet). It approves the request
 // only when it asks for system:node:NAME of a Machine that exists, and its
 // requester is the join token bound to NAME, the fleet's shared join token,
-// or machine NAME itself renewing its certificate; it denies every other.
+// or machine NAME itself renewing its certificate; it waits while such a
+// request names no Machine yet, and denies every other.
 // ok is false when the request is not this controller's to decide: another
 // signer's, or already approved or denied.
 func Decide(csr *certificatesv1.CertificateSigningRequest, machines Machines) (v Verdict, ok bool) {
@@ -90,7 +96,8 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, machines Machines) (v
 	}
 	approve := func(reason, msg string, args ...any) (Verdict, bool) {
 		if !machines.Exists(name) {
-			return deny(ReasonNoSuchMachine, "there is no Machine %s: create it (kubectl apply -f its Machine document), and the machine asks again when its kubelet or liken-node next tries to join", name)
+			v.Wait, v.Reason, v.Message = true, ReasonNoSuchMachine, fmt.Sprintf("waiting for Machine %s: no Machine has that name yet; create it (kubectl apply -f its Machine document), and the request is approved", name)
+			return v, true
 		}
 		v.Approve, v.Reason, v.Message = true, reason, "approved by cluster-operator: "+fmt.Sprintf(msg, args...)
 		return v, true

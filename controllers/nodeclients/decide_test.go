@@ -76,6 +76,7 @@ func TestDecide(t *testing.T) {
 		name    string
 		csr     *certificatesv1.CertificateSigningRequest
 		approve bool
+		wait    bool
 		reason  string
 		message string
 	}{
@@ -97,7 +98,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "its own token, no Machine", csr: csr(kubeletRequest(t, "worker-9"), goneUser, goneGroups...),
-			reason: ReasonNoSuchMachine, message: "there is no Machine worker-9: create it",
+			wait: true, reason: ReasonNoSuchMachine, message: "waiting for Machine worker-9: no Machine has that name yet",
 		},
 		{
 			name: "renewal of its own name", csr: csr(kubeletRequest(t, "leader-1"), "system:node:leader-1", "system:nodes"),
@@ -113,7 +114,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "the fleet's shared token, no Machine", csr: csr(kubeletRequest(t, "worker-9"), "system:bootstrap:fleet1", "system:bootstrappers", likenv1.FleetJoinGroup),
-			reason: ReasonNoSuchMachine,
+			wait: true, reason: ReasonNoSuchMachine,
 		},
 		{
 			name: "a bootstrap token bound to nothing", csr: csr(kubeletRequest(t, "worker-1"), "system:bootstrap:other1", "system:bootstrappers"),
@@ -159,6 +160,7 @@ func TestDecide(t *testing.T) {
 			v, ok := Decide(tc.csr, machines)
 			assert.Assert(t, ok)
 			assert.Equal(t, v.Approve, tc.approve, v.Message)
+			assert.Equal(t, v.Wait, tc.wait, v.Message)
 			assert.Equal(t, v.Reason, tc.reason)
 			assert.Check(t, is.Contains(v.Message, tc.message))
 		})

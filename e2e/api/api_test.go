@@ -11,7 +11,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/utils/ptr"
@@ -39,7 +42,11 @@ import (
 	v1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
+	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/controllers/nodeclients"
+	"liken.sh/liken/e2e/internal/fleetsim"
 	"liken.sh/liken/generated/clientset/versioned"
+	nodecp "liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/join"
 )
 
@@ -822,15 +829,70 @@ func coreEvent(kind, name, reporter string) *corev1.Event {
 	}
 }
 
-// TestMachineJoins follows a machine that starts with the join token only:
-// the token alone reads nothing of the fleet; with it, the machine asks for
-// a kubelet client certificate through TLS bootstrap, the cluster approves
-// and signs it, and from then on the machine is system:node:<name>. A
-// machine with a valid certificate does not ask again.
-func TestMachineJoins(t *testing.T) {
-	cp, _ := setup(t)
+// joinFleet starts the control plane with cluster-operator (the approver
+// of machines' certificates), creates Machines for names, and gives each a
+// join token of its own, valid for ttl, as a leader's init does with a
+// layer's. It returns the tokens by machine.
+func joinFleet(t *testing.T, ttl time.Duration, names ...string) (*controlplane.ControlPlane, map[string]nodecp.MachineToken) {
+	t.Helper()
+	cp, cs := setup(t)
 	ctx := context.Background()
-	boot := cp.BootstrapKubeconfig()
+	tokens := map[string]nodecp.MachineToken{}
+	var list []nodecp.MachineToken
+	for _, n := range names {
+		_, err := cs.LikenV1alpha1().Machines().Create(ctx, &v1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Name: n},
+			Spec:       v1.MachineSpec{Cluster: "c", Role: v1.RoleWorker},
+		}, metav1.CreateOptions{})
+		assert.NilError(t, err)
+		tok, err := layer.NewJoinToken(nil)
+		assert.NilError(t, err)
+		tokens[n] = nodecp.MachineToken{Machine: n, Token: tok, Expires: time.Now().Add(ttl)}
+		list = append(list, tokens[n])
+	}
+	assert.NilError(t, cp.CreateJoinTokens(ctx, list))
+	fleetsim.StartOperator(t, cp, "op-1")
+	return cp, tokens
+}
+
+// csrVerdict waits until a certificate request of the user for the named
+// machine is decided, and returns its condition's type and reason.
+func csrVerdict(t *testing.T, cp *controlplane.ControlPlane, requester, machine string) (string, string) {
+	t.Helper()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+	var typ, reason string
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		list, err := admin.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return poll.Error(err)
+		}
+		for _, c := range list.Items {
+			blk, _ := pem.Decode(c.Spec.Request)
+			req, err := x509.ParseCertificateRequest(blk.Bytes)
+			if err != nil || c.Spec.Username != requester || req.Subject.CommonName != "system:node:"+machine || len(c.Status.Conditions) == 0 {
+				continue
+			}
+			typ, reason = string(c.Status.Conditions[0].Type), c.Status.Conditions[0].Reason
+			return poll.Success()
+		}
+		return poll.Continue("no decided request of %s for %s", requester, machine)
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(100*time.Millisecond))
+	return typ, reason
+}
+
+// TestMachineJoins follows a machine that starts with its own join token
+// only: the token alone reads nothing of the fleet; with it, the machine
+// asks for a kubelet client certificate through TLS bootstrap,
+// cluster-operator approves it for the token's own machine and the
+// controller manager signs it, and from then on the machine is
+// system:node:<name>. A machine with a valid certificate does not ask
+// again; once its renewal is due it renews with the certificate itself.
+func TestMachineJoins(t *testing.T) {
+	cp, tokens := joinFleet(t, time.Hour, "node-3")
+	ctx := context.Background()
+	boot := filepath.Join(t.TempDir(), "bootstrap.kubeconfig")
+	assert.NilError(t, cp.WriteBootstrapKubeconfig(boot, tokens["node-3"].Token))
 
 	out, err := cp.KubectlAs(ctx, boot, "get", "machines")
 	assert.ErrorContains(t, err, "exit status", "the join token read the Machines: %s", out)
@@ -840,27 +902,229 @@ func TestMachineJoins(t *testing.T) {
 	kc := filepath.Join(t.TempDir(), "node-3.kubeconfig")
 	jctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	assert.NilError(t, join.Join(jctx, join.Options{Machine: "node-3", Bootstrap: cp.BootstrapConfig(), Kubeconfig: kc}))
+	bootCfg := cp.BootstrapConfig(tokens["node-3"].Token)
+	assert.NilError(t, join.Join(jctx, join.Options{Machine: "node-3", Bootstrap: bootCfg, Kubeconfig: kc}))
 	out, err = cp.KubectlAs(ctx, kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}")
 	assert.NilError(t, err, out)
 	assert.Equal(t, out, `system:node:node-3 ["system:nodes","system:authenticated"]`)
+	id, _, err := tokens["node-3"].Split()
+	assert.NilError(t, err)
+	typ, reason := csrVerdict(t, cp, "system:bootstrap:"+id, "node-3")
+	assert.Equal(t, typ+" "+reason, "Approved "+nodeclients.ReasonOwnJoinToken)
 
 	csrs := func() string {
-		out, err := cp.Kubectl(ctx, "get", "csr", "-o", `jsonpath={range .items[*]}{.spec.signerName} {.spec.username} {.status.conditions[0].type}{"\n"}{end}`)
+		out, err := cp.Kubectl(ctx, "get", "csr", "-o", `jsonpath={range .items[*]}{.spec.username} {.status.conditions[0].type}{"\n"}{end}`)
 		assert.NilError(t, err, out)
 		return out
 	}
 	before := csrs()
-	// node-1, node-2 (joined when the control plane started) and node-3,
-	// each asked with the join token and approved by the cluster.
-	assert.Equal(t, strings.Count(before, "kubernetes.io/kube-apiserver-client-kubelet system:bootstrap:"), 3, before)
-	assert.Equal(t, strings.Count(before, " Approved\n"), 3, before)
-
-	assert.NilError(t, join.Join(jctx, join.Options{Machine: "node-3", Bootstrap: cp.BootstrapConfig(), Kubeconfig: kc}))
+	assert.NilError(t, join.Join(jctx, join.Options{Machine: "node-3", Bootstrap: bootCfg, Kubeconfig: kc}))
 	assert.Equal(t, csrs(), before, "a machine with a valid certificate asked for another")
 
 	// The certificate is node-3's: it is not another machine's identity.
 	assert.ErrorContains(t, join.Check(kc, "node-1", time.Now()), `holds the certificate of "system:node:node-3", not of "system:node:node-1"`)
+
+	// Past two thirds of its life, it renews with the certificate itself,
+	// no token needed, and the client reads the new one from the file.
+	old, err := os.ReadFile(join.KeyFile(kc))
+	assert.NilError(t, err)
+	later := func() time.Time { return time.Now().Add(300 * 24 * time.Hour) }
+	assert.NilError(t, join.Renew(jctx, join.Options{Machine: "node-3", Kubeconfig: kc, Now: later}))
+	renewed, err := os.ReadFile(join.KeyFile(kc))
+	assert.NilError(t, err)
+	assert.Assert(t, string(renewed) != string(old), "the certificate was not renewed")
+	typ, reason = csrVerdict(t, cp, "system:node:node-3", "node-3")
+	assert.Equal(t, typ+" "+reason, "Approved "+nodeclients.ReasonOwnCertificate)
+	out, err = cp.KubectlAs(ctx, kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	assert.NilError(t, err, out)
+	assert.Equal(t, out, "system:node:node-3")
+}
+
+// TestJoinTokenGetsItsOwnMachineOnly: a worker's token asking for a
+// leader's name is denied, and a machine's own certificate cannot ask for
+// another's: no credential on a worker's disk acts as another machine.
+func TestJoinTokenGetsItsOwnMachineOnly(t *testing.T) {
+	cp, tokens := joinFleet(t, time.Hour, "worker-1", "leader-2")
+	ctx := context.Background()
+	jctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+
+	stolen := filepath.Join(t.TempDir(), "leader-2.kubeconfig")
+	err := join.Join(jctx, join.Options{Machine: "leader-2", Bootstrap: cp.BootstrapConfig(tokens["worker-1"].Token), Kubeconfig: stolen})
+	assert.ErrorContains(t, err, "denied")
+	id, _, err := tokens["worker-1"].Split()
+	assert.NilError(t, err)
+	typ, reason := csrVerdict(t, cp, "system:bootstrap:"+id, "leader-2")
+	assert.Equal(t, typ+" "+reason, "Denied "+nodeclients.ReasonAnotherMachine)
+	_, err = os.Stat(stolen)
+	assert.Assert(t, os.IsNotExist(err), "a denied join wrote %s", stolen)
+	out, err := cp.Kubectl(ctx, "get", "events", "-o", `jsonpath={range .items[*]}{.involvedObject.name} {.reason}{"\n"}{end}`)
+	assert.NilError(t, err, out)
+	assert.Assert(t, is.Contains(out, "leader-2 "+nodeclients.EventCertificateRefused), "no Warning on the Machine whose name was asked for")
+
+	// worker-1's own certificate, asking for leader-2's name.
+	kc := filepath.Join(t.TempDir(), "worker-1.kubeconfig")
+	assert.NilError(t, join.Join(jctx, join.Options{Machine: "worker-1", Bootstrap: cp.BootstrapConfig(tokens["worker-1"].Token), Kubeconfig: kc}))
+	self, err := clientcmd.BuildConfigFromFlags("", kc)
+	assert.NilError(t, err)
+	asWorker, err := kubernetes.NewForConfig(self)
+	assert.NilError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	assert.NilError(t, err)
+	req, err := cert.MakeCSR(key, &pkix.Name{CommonName: "system:node:leader-2", Organization: []string{join.NodeGroup}}, nil, nil)
+	assert.NilError(t, err)
+	_, _, err = csr.RequestCertificateWithContext(ctx, asWorker, req, "", certificatesv1.KubeAPIServerClientKubeletSignerName, nil,
+		[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}, key)
+	// NodeRestriction refuses it before cluster-operator would deny it
+	// (controllers/nodeclients TestDecide, "renewal for another name").
+	assert.Assert(t, apierrors.IsForbidden(err), "got %v", err)
+	assert.ErrorContains(t, err, "can only create a node CSR with CN=system:node:worker-1")
+}
+
+// TestJoinTokenExpires: the API server refuses a machine's join token once
+// its expiry has passed.
+func TestJoinTokenExpires(t *testing.T) {
+	cp, tokens := joinFleet(t, 5*time.Second, "worker-1")
+	ctx := context.Background()
+	boot := filepath.Join(t.TempDir(), "bootstrap.kubeconfig")
+	assert.NilError(t, cp.WriteBootstrapKubeconfig(boot, tokens["worker-1"].Token))
+	out, err := cp.KubectlAs(ctx, boot, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	assert.NilError(t, err, "the token before its expiry: %s", out)
+	// The API server keeps a token's answer for 10 s: refused within that
+	// of its expiry.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		out, err = cp.KubectlAs(ctx, boot, "auth", "whoami")
+		if err == nil {
+			return poll.Continue("the token is still accepted, %s after its expiry", time.Since(tokens["worker-1"].Expires).Round(time.Second))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second+30*time.Second), poll.WithDelay(500*time.Millisecond))
+	assert.Assert(t, time.Now().After(tokens["worker-1"].Expires), "refused before its expiry: %s", out)
+	assert.Assert(t, is.Contains(out, "Unauthorized"))
+}
+
+// TestOperatorRunsOnLeadersOnly: cluster-operator's Deployment, as the
+// manifests have it, never puts a copy on a worker, and puts its two
+// copies on two leaders when two can take them; a worker cannot give its
+// own Node the leaders' label.
+func TestOperatorRunsOnLeadersOnly(t *testing.T) {
+	cp, _ := setup(t)
+	ctx := context.Background()
+	// node-1 and node-2 are machines (their identities issued at start),
+	// and workers.
+	kube := twoNodes(t, cp)
+	assert.NilError(t, cp.AddNode(ctx, "leader-1", map[string]string{v1.LeaderNodeLabel: "true"}))
+
+	asWorker, err := kubernetes.NewForConfig(cp.Config("system:node:node-1"))
+	assert.NilError(t, err)
+	_, err = asWorker.CoreV1().Nodes().Patch(ctx, "node-1", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+v1.LeaderNodeLabel+`":"true"}}}`), metav1.PatchOptions{})
+	assert.Assert(t, apierrors.IsForbidden(err), "a worker labelled its own Node a leader's: %v", err)
+	assert.ErrorContains(t, err, "is not allowed to modify labels: "+v1.LeaderNodeLabel)
+
+	// operatorPods waits until want copies are scheduled, none named gone,
+	// and says how many each Node runs.
+	operatorPods := func(want int, gone string) map[string]int {
+		t.Helper()
+		var on map[string]int
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			pods, err := kube.CoreV1().Pods(v1.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=cluster-operator"})
+			if err != nil {
+				return poll.Error(err)
+			}
+			on = map[string]int{}
+			for _, p := range pods.Items {
+				if p.Name == gone || p.DeletionTimestamp != nil {
+					return poll.Continue("pod %s is going", p.Name)
+				}
+				if p.Spec.NodeName == "" {
+					return poll.Continue("pod %s is not scheduled yet", p.Name)
+				}
+				on[p.Spec.NodeName]++
+			}
+			if len(pods.Items) != want {
+				return poll.Continue("%d of %d copies", len(pods.Items), want)
+			}
+			return poll.Success()
+		}, poll.WithTimeout(time.Minute), poll.WithDelay(200*time.Millisecond))
+		return on
+	}
+	assert.DeepEqual(t, operatorPods(2, ""), map[string]int{"leader-1": 2})
+
+	// A second leader: a copy that goes is placed there, not beside the
+	// other.
+	assert.NilError(t, cp.AddNode(ctx, "leader-2", map[string]string{v1.LeaderNodeLabel: "true"}))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		n, err := kube.CoreV1().Nodes().Get(ctx, "leader-2", metav1.GetOptions{})
+		if err != nil || !nodeIsReady(n) || len(n.Spec.Taints) > 0 {
+			return poll.Continue("leader-2 is not Ready and schedulable yet")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(200*time.Millisecond))
+	pods, err := kube.CoreV1().Pods(v1.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=cluster-operator"})
+	assert.NilError(t, err)
+	assert.NilError(t, kube.CoreV1().Pods(v1.SystemNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	assert.DeepEqual(t, operatorPods(2, pods.Items[0].Name), map[string]int{"leader-1": 1, "leader-2": 1})
+}
+
+// TestReleaseMovers: with docs/examples/release-movers.yaml applied, a
+// member of liken:release-movers moves a fleet's release (spec.version and
+// the catalog) and can change nothing else that would run on the machines.
+func TestReleaseMovers(t *testing.T) {
+	cp, cs := setup(t)
+	ctx := context.Background()
+	out, err := cp.Kubectl(ctx, "apply", "-f", filepath.Join("..", "..", "docs", "examples", "release-movers.yaml"))
+	assert.NilError(t, err, out)
+	c := cluster("c")
+	c.Spec.Settings.Banner = "fleet c"
+	_, err = cs.LikenV1alpha1().Clusters().Create(ctx, c, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	moverCfg := rest.CopyConfig(cp.AdminConfig())
+	moverCfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"liken:release-movers", "system:authenticated"}}
+	mover, err := versioned.NewForConfig(moverCfg)
+	assert.NilError(t, err)
+
+	// Merge patches, as kubectl patch and liken rollout write them.
+	change := func(patch string) error {
+		_, err := mover.LikenV1alpha1().Clusters().Patch(ctx, "c", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	// The API server loads a new policy within a few seconds.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		err := change(`{"spec":{"settings":{"k3sArgs":["--v=9"]}}}`)
+		if err == nil {
+			return poll.Error(errors.New("a release mover changed spec.settings before the policy was in force: the test cannot tell"))
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "not spec.settings") {
+			return poll.Continue("not refused by the policy yet: %v", err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(200*time.Millisecond))
+
+	assert.NilError(t, change(`{"spec":{"version":"2026.10.11-001","releases":{"catalog":[{"version":"2026.10.10-001","digest":"`+digest1+`"},{"version":"2026.10.11-001","digest":"`+digest2+`"}]}}}`),
+		"a release mover moves the release")
+	for _, tc := range []struct{ field, patch string }{
+		{"spec.settings", `{"spec":{"settings":{"kernelArgs":["init=/bin/sh"]}}}`},
+		{"spec.settings", `{"spec":{"settings":null}}`},
+		{"spec.network", `{"spec":{"network":{"endpoint":"https://10.0.0.99:6443"}}}`},
+		{"spec.disruption", `{"spec":{"disruption":{"maxUnavailable":5}}}`},
+		{"spec.releases.source", `{"spec":{"releases":{"source":"https://elsewhere.example.com"}}}`},
+	} {
+		err := change(tc.patch)
+		assert.Check(t, apierrors.IsForbidden(err), "%s: %v", tc.patch, err)
+		assert.Check(t, is.ErrorContains(err, "a release mover may change spec.version and spec.releases.catalog only, not "+tc.field), tc.patch)
+	}
+	m := &v1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: v1.MachineSpec{Cluster: "c", Role: v1.RoleWorker}}
+	_, err = cs.LikenV1alpha1().Machines().Create(ctx, m, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	m, err = mover.LikenV1alpha1().Machines().Get(ctx, "node-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	m.Spec.KernelModules = []v1.KernelModule{{Name: "evil"}}
+	_, err = mover.LikenV1alpha1().Machines().Update(ctx, m, metav1.UpdateOptions{})
+	assert.Check(t, apierrors.IsForbidden(err), "a release mover changed a Machine: %v", err)
+	got, err := cs.LikenV1alpha1().Clusters().Get(ctx, "c", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(got.Spec.Version, "2026.10.11-001"))
+	assert.Check(t, is.Len(got.Spec.Settings.K3sArgs, 0))
 }
 
 // TestNodeGroupWithoutMachineName: an identity in group system:nodes that

@@ -149,7 +149,8 @@ func (c *APICounter) WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc.Clusters["liken"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.caPEM}
 	// A certificate goes in too: its holder checks it is its own, and the
 	// proxy presents it upstream.
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData,
+		ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
 	kc.Contexts["liken"] = &clientcmdapi.Context{Cluster: "liken", AuthInfo: "user"}
 	kc.CurrentContext = "liken"
 	return clientcmd.WriteToFile(*kc, path)

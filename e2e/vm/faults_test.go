@@ -29,10 +29,11 @@ func oneMachine(t *testing.T, trialTimeout time.Duration) (*lab, *vm, *clireleas
 	l.trialTimeout = trialTimeout
 	r1 := l.variant("2026.12.01-001", nil)
 	m := l.install("vm-1", l.fleet(r1, "vm-1"), r1)
+	// It approves the machine's certificate.
+	l.startOperator()
 	m.powerOn()
 	t.Logf("vm-1: Node Ready %s after power on", m.waitNodeReady(8*time.Minute).Round(time.Second))
 	l.waitRelease([]*vm{m}, r1.Version, "A", 3*time.Minute)
-	l.startOperator()
 	return l, m, r1
 }
 

@@ -83,8 +83,12 @@ func (l *lab) selfHostedLayer(docs string) (fleetFile, layerFile string) {
 	assert.Assert(l.t, len(errs) == 0, "%v", errs)
 	cluster, ms, errs := layer.CheckFleet(parsed)
 	assert.Assert(l.t, len(errs) == 0, "%v", errs)
+	// Each machine's own join token: the leaders' init makes them tokens
+	// of the cluster.
+	tokens, err := layer.MachineTokens(ms, time.Now().Add(layer.DefaultJoinTokenTTL), nil)
+	assert.NilError(l.t, err)
 	layerFile = filepath.Join(l.dir, "layer.tgz")
-	assert.NilError(l.t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity}).WriteFile(layerFile, true))
+	assert.NilError(l.t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity, Tokens: tokens}).WriteFile(layerFile, true))
 	return fleetFile, layerFile
 }
 

@@ -82,15 +82,13 @@ func newLab(t *testing.T) *lab {
 	assert.NilError(t, err)
 	l.grub = &install.BootCode{BootImg: bootImg, CoreImg: core}
 
-	// The control plane trusts the cluster identity the machines' layer
-	// carries: its server CA and the bootstrap token of its join token.
+	// The control plane serves with the server CA of the cluster identity
+	// the machines' layer carries; it takes their join tokens when the
+	// layer is written (fleet).
 	l.identity, err = layer.GenerateIdentity(layer.GenerateOptions{Cluster: "vm"})
 	assert.NilError(t, err)
-	id, secret, err := layer.BootstrapToken(l.identity.Files[layer.TokenFile])
-	assert.NilError(t, err)
 	l.cp = controlplanetest.Start(t, controlplane.Options{
-		CA:        &controlplane.CA{Cert: l.identity.Files["server-ca.crt"], Key: l.identity.Files["server-ca.key"]},
-		JoinToken: id + "." + secret,
+		CA: &controlplane.CA{Cert: l.identity.Files["server-ca.crt"], Key: l.identity.Files["server-ca.key"]},
 	})
 	ctx := context.Background()
 	// Every manifest but cluster-operator's Deployment: the operator runs
@@ -148,8 +146,13 @@ spec:
 	assert.Assert(l.t, len(errs) == 0, "%v", errs)
 	cluster, ms, errs := layer.CheckFleet(parsed)
 	assert.Assert(l.t, len(errs) == 0, "%v", errs)
+	// Each machine joins with a token of its own, which the control plane
+	// takes as a leader's init does, and cluster-operator approves.
+	tokens, err := layer.MachineTokens(ms, time.Now().Add(layer.DefaultJoinTokenTTL), nil)
+	assert.NilError(l.t, err)
+	assert.NilError(l.t, l.cp.CreateJoinTokens(context.Background(), tokens))
 	layerFile := filepath.Join(l.dir, "layer.tgz")
-	assert.NilError(l.t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity}).WriteFile(layerFile, true))
+	assert.NilError(l.t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity, Tokens: tokens}).WriteFile(layerFile, true))
 	return layerFile
 }
 
@@ -491,6 +494,9 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 		names = append(names, fmt.Sprintf("vm-%d", i))
 	}
 	layerFile := l.fleet(r1, names...)
+	// cluster-operator approves the machines' certificates: it runs
+	// before they join.
+	l.startOperator()
 	var ms []*vm
 	for _, n := range names {
 		m := l.install(n, layerFile, r1)
@@ -503,8 +509,9 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 		t.Logf("%s: Node Ready %s after power on", m.name, m.waitNodeReady(15*time.Minute).Round(time.Second))
 		m.consoleClean()
 	}
-	// The machines joined through TLS bootstrap with the layer's join
-	// token, under NodeRestriction, and liken-node reports the release.
+	// The machines joined through TLS bootstrap with their own join tokens
+	// from the layer, under NodeRestriction, and liken-node reports the
+	// release.
 	l.waitRelease(ms, r1.Version, "A", 3*time.Minute)
 	// Pods of the preloaded workload run on the machines (no registry),
 	// under a PodDisruptionBudget.
@@ -516,7 +523,6 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 	start = time.Now()
 	l.runOperatorImage(ms[0])
 	t.Logf("%s: cluster-operator's preloaded image ran under its Deployment's pod template in %s", ms[0].name, time.Since(start).Round(time.Second))
-	l.startOperator()
 
 	steps := []struct{ version, slot string }{{"2026.12.01-002", "B"}, {"2026.12.01-003", "A"}}
 	if len(ms) == 1 {

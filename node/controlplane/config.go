@@ -43,6 +43,12 @@ type Config struct {
 	FirstLeader string `json:"firstLeader"`
 	// Leaders are every leader of the Cluster, this machine included.
 	Leaders []Leader `json:"leaders"`
+	// SharedJoinToken is true for a fleet that opted in to one join token
+	// for every machine (liken layer pack --shared-join-token): control-plane
+	// init makes the identity's token a token of the fleet. Otherwise each
+	// worker joins with its own (JoinTokensFile) and the identity's token
+	// joins nothing.
+	SharedJoinToken bool `json:"sharedJoinToken,omitempty"`
 }
 
 // Leader is how the others reach one leader's control plane. Every URL is

@@ -323,7 +323,7 @@ func (l *etcdLeader) running() error {
 // the others, as liken-node control-plane init orders them.
 func (f *etcdFleet) promote(ctx context.Context, t *testing.T, l *etcdLeader) {
 	t.Helper()
-	err := Init(ctx, InitOptions{Kube: fake.NewClientset(), TokenFile: f.token, Name: l.name,
+	err := Init(ctx, InitOptions{Kube: fake.NewClientset(leaderNode(l.name)), SharedTokenFile: f.token, Name: l.name,
 		ClientURLs: append([]string{l.clientURL}, l.others...), Etcd: f.etcd, Data: DiskData{Dir: l.dataDir},
 		Interval: 200 * time.Millisecond, Timeout: 30 * time.Second})
 	assert.NilError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"strings"
 	"time"
@@ -16,9 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 )
 
 // TokenFile is the join token's file in the identity (IdentityDir):
@@ -64,21 +66,40 @@ type Binding struct {
 	Subject rbacv1.Subject
 }
 
-// JoinBindings let a holder of the join token ask for a kubelet client
-// certificate and have the controller manager approve that request, as
-// kubeadm sets up TLS bootstrap. The token gives no other right.
+// JoinBindings let a holder of a join token ask for a kubelet client
+// certificate, as kubeadm sets up TLS bootstrap. The token gives no other
+// right: cluster-operator approves the request only for the machine the
+// token is bound to (controllers/nodeclients), and the controller manager
+// signs what it approved.
 var JoinBindings = []Binding{
 	{Name: "liken:join:create-csr", ClusterRole: "system:node-bootstrapper", Subject: group(BootstrapGroup)},
-	{Name: "liken:join:approve-node-client", ClusterRole: "system:certificates.k8s.io:certificatesigningrequests:nodeclient", Subject: group(BootstrapGroup)},
 }
 
 // LeaderBindings are what a leader's control plane needs besides
-// JoinBindings: kubelets renew their own client certificates (approved by
-// the controller manager), and the API server, as KubeletClientUser,
-// reaches kubelets for logs, exec and port forwarding.
+// JoinBindings: the API server, as KubeletClientUser, reaches kubelets for
+// logs, exec and port forwarding.
 var LeaderBindings = []Binding{
-	{Name: "liken:nodes:approve-renewal", ClusterRole: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", Subject: group(NodesGroup)},
 	{Name: "liken:apiserver:kubelet-api-admin", ClusterRole: "system:kubelet-api-admin", Subject: rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KubeletClientUser}},
+}
+
+// RetiredBindings are bindings an earlier liken made, which Init deletes:
+// they let the controller manager approve any node client request of a
+// join token, and any renewal, for any machine name.
+var RetiredBindings = []string{"liken:join:approve-node-client", "liken:nodes:approve-renewal"}
+
+// DeleteBindings deletes each named ClusterRoleBinding that exists.
+func DeleteBindings(ctx context.Context, cs kubernetes.Interface, names []string) error {
+	for _, name := range names {
+		err := cs.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("deleting the retired ClusterRoleBinding %s: %w", name, err)
+		default:
+			klog.FromContext(ctx).Info("Deleted a retired ClusterRoleBinding: cluster-operator approves machines' certificates now", "name", name)
+		}
+	}
+	return nil
 }
 
 func group(name string) rbacv1.Subject {
@@ -116,54 +137,6 @@ func EnsureBindings(ctx context.Context, cs kubernetes.Interface, bindings []Bin
 	return nil
 }
 
-// BootstrapTokenSecret is the Secret in kube-system that makes
-// <id>.<secret> a bootstrap token: it authenticates in BootstrapGroup,
-// never expires and signs nothing.
-func BootstrapTokenSecret(id, secret string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: metav1.NamespaceSystem},
-		Type:       corev1.SecretTypeBootstrapToken,
-		Data: map[string][]byte{
-			"description":                    []byte("liken's join token: machines join with it through TLS bootstrap"),
-			"token-id":                       []byte(id),
-			"token-secret":                   []byte(secret),
-			"usage-bootstrap-authentication": []byte("true"),
-		},
-	}
-}
-
-// EnsureBootstrapToken creates BootstrapTokenSecret, or replaces the data
-// of one that holds anything else (another secret, an expiry), so that the
-// identity's token is the one that joins. A Secret of that name but
-// another type is an error: its type cannot change.
-func EnsureBootstrapToken(ctx context.Context, cs kubernetes.Interface, id, secret string) error {
-	want := BootstrapTokenSecret(id, secret)
-	api := cs.CoreV1().Secrets(want.Namespace)
-	what := "the bootstrap token Secret " + want.Namespace + "/" + want.Name
-	got, err := api.Get(ctx, want.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating %s: %w", what, err)
-		}
-		klog.FromContext(ctx).Info("Created the join token's Secret", "secret", klog.KObj(want))
-		return nil
-	case err != nil:
-		return fmt.Errorf("reading %s: %w", what, err)
-	case got.Type != want.Type:
-		return permanent(fmt.Errorf("%s has type %q, not %q, and a type cannot change: delete it, and liken-node control-plane init creates it again", what, got.Type, want.Type))
-	case maps.EqualFunc(got.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }):
-		return nil
-	}
-	got = got.DeepCopy()
-	got.Data, got.StringData = want.Data, nil
-	if _, err := api.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("correcting %s: %w", what, err)
-	}
-	klog.FromContext(ctx).Info("Corrected the join token's Secret to the cluster identity's token", "secret", klog.KObj(want))
-	return nil
-}
-
 // MemberPromoter lists the members and promotes a learner through one
 // member's client URL; EtcdClient is one.
 type MemberPromoter interface {
@@ -183,8 +156,15 @@ var LocalEtcd = fmt.Sprintf("https://127.0.0.1:%d", EtcdClientPort)
 type InitOptions struct {
 	// Kube is the local API server (LocalAPIServer), as InitUser.
 	Kube kubernetes.Interface
-	// TokenFile is the cluster identity's join token file.
-	TokenFile string
+	// SharedTokenFile, when set, is the cluster identity's join token file,
+	// for a fleet that opted in to one join token for every machine
+	// (Config.SharedJoinToken): Init makes it a token of the fleet
+	// (FleetToken). Empty, no shared token is made.
+	SharedTokenFile string
+	// JoinTokens are the machines' own join tokens (JoinTokensFile): Init
+	// creates the Secret of each one it never created and that has not
+	// expired (EnsureJoinTokens).
+	JoinTokens []MachineToken
 	// Name is this machine's name, its etcd member's.
 	Name string
 	// ClientURLs are etcd client URLs to ask, in this order: LocalEtcd,
@@ -210,9 +190,10 @@ type InitOptions struct {
 }
 
 // Init readies a leader's control plane, and is idempotent: it promotes
-// this machine's etcd member if it is a learner, then makes the join
-// token's Secret from the identity's token, JoinBindings and
-// LeaderBindings, then creates the Addons that do not exist. The promotion comes first: the API server reaches only
+// this machine's etcd member if it is a learner, then creates the join
+// tokens' Secrets it never created (EnsureJoinTokens), JoinBindings and
+// LeaderBindings, deletes RetiredBindings, creates the Addons that do not
+// exist, and last labels this leader's Node (MarkLeaderNode). The promotion comes first: the API server reaches only
 // its own member, and a learner serves it nothing, so the API is not ready
 // before. Each step is tried again every Interval until it succeeds (etcd
 // refuses a promotion while the learner lags; the API answers once its
@@ -224,13 +205,17 @@ func Init(ctx context.Context, o InitOptions) error {
 	case o.Name == "" || len(o.ClientURLs) == 0:
 		return errors.New("control plane init: the machine's name and the etcd client URLs are required")
 	}
-	b, err := os.ReadFile(o.TokenFile)
-	if err != nil {
-		return fmt.Errorf("reading the cluster identity's join token: %w", err)
-	}
-	id, secret, err := BootstrapToken(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.TokenFile, err)
+	tokens := o.JoinTokens
+	if o.SharedTokenFile != "" {
+		b, err := os.ReadFile(o.SharedTokenFile)
+		if err != nil {
+			return fmt.Errorf("reading the cluster identity's join token: %w", err)
+		}
+		id, secret, err := BootstrapToken(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.SharedTokenFile, err)
+		}
+		tokens = append([]MachineToken{FleetToken(id + "." + secret)}, tokens...)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -248,18 +233,47 @@ func Init(ctx context.Context, o InitOptions) error {
 	if err := r.do(ctx, "recording which datastore this machine's etcd member belongs to", func() error { return recordDatastore(ctx, o) }); err != nil {
 		return err
 	}
-	if err := r.do(ctx, "creating the join token and the control plane's bindings", func() error {
-		if err := EnsureBootstrapToken(ctx, o.Kube, id, secret); err != nil {
+	if err := r.do(ctx, "creating the join tokens and the control plane's bindings", func() error {
+		if err := EnsureJoinTokens(ctx, o.Kube, tokens, o.Clock.Now()); err != nil {
 			return err
 		}
 		if err := EnsureBindings(ctx, o.Kube, JoinBindings); err != nil {
 			return err
 		}
-		return EnsureBindings(ctx, o.Kube, LeaderBindings)
+		if err := EnsureBindings(ctx, o.Kube, LeaderBindings); err != nil {
+			return err
+		}
+		return DeleteBindings(ctx, o.Kube, RetiredBindings)
 	}); err != nil {
 		return err
 	}
-	return r.do(ctx, "creating the cluster's add-ons", func() error { return EnsureObjects(ctx, o.Kube, o.Addons) })
+	if err := r.do(ctx, "creating the cluster's add-ons", func() error { return EnsureObjects(ctx, o.Kube, o.Addons) }); err != nil {
+		return err
+	}
+	return r.do(ctx, "marking this leader's Node", func() error { return MarkLeaderNode(ctx, o.Kube, o.Name) })
+}
+
+// MarkLeaderNode gives the leader's Node likenv1.LeaderNodeLabel, which
+// its kubelet cannot set itself (NodeRestriction): cluster-operator runs
+// only on Nodes that have it. The Node appears once the leader's kubelet
+// registers it; until then this fails, and Init tries again.
+func MarkLeaderNode(ctx context.Context, cs kubernetes.Interface, name string) error {
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("this leader's Node %s is not registered yet (its kubelet registers it)", name)
+	case err != nil:
+		return fmt.Errorf("reading this leader's Node %s: %w", name, err)
+	}
+	if _, ok := n.Labels[likenv1.LeaderNodeLabel]; ok {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, likenv1.LeaderNodeLabel)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: InitFieldManager}); err != nil {
+		return fmt.Errorf("labelling this leader's Node %s %s: %w", name, likenv1.LeaderNodeLabel, err)
+	}
+	klog.FromContext(ctx).Info("Marked this leader's Node: cluster-operator may run on it", "node", name, "label", likenv1.LeaderNodeLabel)
+	return nil
 }
 
 // InitFieldManager is the field manager of what control-plane init creates.

@@ -28,6 +28,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/manifests"
 )
@@ -204,9 +205,9 @@ func TestInitPromotes(t *testing.T) {
 			for _, u := range tc.up {
 				etcd.up[u] = true
 			}
-			kube := fake.NewClientset()
+			kube := fake.NewClientset(leaderNode("l2"))
 			clk := clocktesting.NewFakeClock(now)
-			err, waited := runInit(t, InitOptions{Kube: kube, TokenFile: writeToken(t), Name: "l2", ClientURLs: urls, Etcd: etcd, Timeout: time.Minute}, clk)
+			err, waited := runInit(t, InitOptions{Kube: kube, SharedTokenFile: writeToken(t), Name: "l2", ClientURLs: urls, Etcd: etcd, Timeout: time.Minute}, clk)
 			if tc.wantErr != "" {
 				assert.ErrorContains(t, err, tc.wantErr)
 				assert.Check(t, is.Len(kube.Actions(), 0), "the API is asked nothing before the member votes")
@@ -227,30 +228,77 @@ func voters() *fakePromoter {
 	return &fakePromoter{up: map[string]bool{LocalEtcd: true}, members: []Member{voter(1), voter(2)}}
 }
 
-func initOptions(t *testing.T, kube *fake.Clientset) InitOptions {
-	return InitOptions{Kube: kube, TokenFile: writeToken(t), Name: "l2", ClientURLs: []string{LocalEtcd}, Etcd: voters(), Timeout: time.Minute}
+// leaderNode is the Node the leader's kubelet registered.
+func leaderNode(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
-// TestInitCreates: Init makes the join token's Secret and the control
-// plane's bindings; run again it changes nothing.
-func TestInitCreates(t *testing.T) {
+// TestInitMarksTheLeaderNode: Init labels this leader's Node for
+// cluster-operator, once its kubelet has registered it.
+func TestInitMarksTheLeaderNode(t *testing.T) {
 	kube := fake.NewClientset()
+	registered := 2
+	kube.PrependReactor("get", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if registered > 0 {
+			registered--
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "l2")
+		}
+		return false, nil, nil
+	})
+	assert.NilError(t, kube.Tracker().Add(leaderNode("l2")))
+	err, waited := runInit(t, initOptions(t, kube), clocktesting.NewFakeClock(now))
+	assert.NilError(t, err)
+	assert.Equal(t, waited, 10*time.Second, "it waited for the Node twice")
+	n, err := kube.CoreV1().Nodes().Get(context.Background(), "l2", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, n.Labels, map[string]string{likenv1.LeaderNodeLabel: "true"})
+}
+
+// workerToken is a machine's own join token, as a leader's layer lists it.
+var workerToken = MachineToken{Machine: "w1", Token: "ghijkl.fedcba9876543210", Expires: now.Add(7 * 24 * time.Hour)}
+
+func initOptions(t *testing.T, kube *fake.Clientset) InitOptions {
+	return InitOptions{Kube: kube, SharedTokenFile: writeToken(t), JoinTokens: []MachineToken{workerToken},
+		Name: "l2", ClientURLs: []string{LocalEtcd}, Etcd: voters(), Timeout: time.Minute}
+}
+
+// TestInitCreates: Init makes the machines' join tokens (and a fleet's
+// shared one, when it opted in) and the control plane's bindings, and
+// records the tokens it made; run again it changes nothing.
+func TestInitCreates(t *testing.T) {
+	kube := fake.NewClientset(leaderNode("l2"))
 	clk := clocktesting.NewFakeClock(now)
 	err, waited := runInit(t, initOptions(t, kube), clk)
 	assert.NilError(t, err)
 	assert.Equal(t, waited, time.Duration(0))
 
-	s, err := kube.CoreV1().Secrets("kube-system").Get(context.Background(), "bootstrap-token-"+testTokenID, metav1.GetOptions{})
+	ctx := context.Background()
+	s, err := kube.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+testTokenID, metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.Equal(t, s.Type, corev1.SecretTypeBootstrapToken)
 	assert.DeepEqual(t, s.Data, map[string][]byte{
-		"description":                    []byte("liken's join token: machines join with it through TLS bootstrap"),
+		"description":                    []byte("liken's shared join token: it gets the certificate of any Machine (the fleet opted in)"),
 		"token-id":                       []byte(testTokenID),
 		"token-secret":                   []byte(testTokenSecret),
 		"usage-bootstrap-authentication": []byte("true"),
+		"auth-extra-groups":              []byte("system:bootstrappers:liken:fleet"),
 	})
+	s, err = kube.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-ghijkl", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, s.Data, map[string][]byte{
+		"description":                    []byte("liken's join token of machine w1: it gets only that machine's certificate"),
+		"token-id":                       []byte("ghijkl"),
+		"token-secret":                   []byte("fedcba9876543210"),
+		"expiration":                     []byte("2026-12-09T10:00:00Z"),
+		"usage-bootstrap-authentication": []byte("true"),
+		"auth-extra-groups":              []byte(likenv1.JoinGroup("w1")),
+	})
+	assert.DeepEqual(t, s.Annotations, map[string]string{JoinTokenMachineAnnotation: "w1"})
+	record, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, JoinTokensRecord, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, record.Data, map[string]string{testTokenID: "the fleet", "ghijkl": "machine w1"})
 
-	crbs, err := kube.RbacV1().ClusterRoleBindings().List(context.Background(), metav1.ListOptions{})
+	crbs, err := kube.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 	assert.NilError(t, err)
 	got := map[string]string{}
 	for _, b := range crbs.Items {
@@ -260,8 +308,6 @@ func TestInitCreates(t *testing.T) {
 	}
 	assert.DeepEqual(t, got, map[string]string{
 		"liken:join:create-csr":             "system:node-bootstrapper to Group:system:bootstrappers",
-		"liken:join:approve-node-client":    "system:certificates.k8s.io:certificatesigningrequests:nodeclient to Group:system:bootstrappers",
-		"liken:nodes:approve-renewal":       "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient to Group:system:nodes",
 		"liken:apiserver:kubelet-api-admin": "system:kubelet-api-admin to User:kube-apiserver-kubelet-client",
 	})
 
@@ -269,57 +315,53 @@ func TestInitCreates(t *testing.T) {
 	err, _ = runInit(t, initOptions(t, kube), clk)
 	assert.NilError(t, err)
 	for _, a := range kube.Actions() {
-		assert.Check(t, is.Equal(a.GetVerb(), "get"), "a second run changes nothing: %s %s", a.GetVerb(), a.GetResource().Resource)
+		assert.Check(t, a.GetVerb() == "get" || a.GetVerb() == "delete" && a.GetResource().Resource == "clusterrolebindings",
+			"a second run changes nothing: %s %s", a.GetVerb(), a.GetResource().Resource)
 	}
-	assert.Check(t, is.Len(kube.Actions(), 5))
+	crbs2, err := kube.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, len(crbs2.Items), len(crbs.Items))
 }
 
-// TestInitCorrectsTheSecret: a Secret of the token's ID with another
-// secret, or with an expiry, is replaced by the identity's; one of another
-// type is an error that says what to do.
-func TestInitCorrectsTheSecret(t *testing.T) {
-	want := BootstrapTokenSecret(testTokenID, testTokenSecret)
-	for _, tc := range []struct {
-		name    string
-		data    map[string][]byte
-		typ     corev1.SecretType
-		wantErr string
-	}{
-		{name: "another secret", typ: corev1.SecretTypeBootstrapToken, data: map[string][]byte{
-			"token-id": []byte(testTokenID), "token-secret": []byte("ffffffffffffffff"), "usage-bootstrap-authentication": []byte("true")}},
-		{name: "an expiry", typ: corev1.SecretTypeBootstrapToken, data: func() map[string][]byte {
-			d := BootstrapTokenSecret(testTokenID, testTokenSecret).Data
-			d["expiration"] = []byte("2026-01-01T00:00:00Z")
-			return d
-		}()},
-		{name: "another type", typ: corev1.SecretTypeOpaque, data: want.Data,
-			wantErr: `creating the join token and the control plane's bindings: the bootstrap token Secret kube-system/bootstrap-token-abcdef has type "Opaque", not "bootstrap.kubernetes.io/token", and a type cannot change: delete it, and liken-node control-plane init creates it again`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			stale := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace, Labels: map[string]string{"kept": "yes"}}, Type: tc.typ, Data: tc.data}
-			kube := fake.NewClientset(stale)
-			err, waited := runInit(t, initOptions(t, kube), clocktesting.NewFakeClock(now))
-			assert.Equal(t, waited, time.Duration(0), "nothing is tried again")
-			s, gerr := kube.CoreV1().Secrets("kube-system").Get(context.Background(), want.Name, metav1.GetOptions{})
-			assert.NilError(t, gerr)
-			if tc.wantErr != "" {
-				assert.Error(t, err, tc.wantErr)
-				assert.DeepEqual(t, s, stale)
-				return
-			}
-			assert.NilError(t, err)
-			assert.DeepEqual(t, s.Data, want.Data)
-			assert.DeepEqual(t, s.Labels, map[string]string{"kept": "yes"})
-		})
+// TestInitLeavesTheTokens: what an administrator did to a join token is
+// kept: a Secret with another expiry or secret stays as it is, and a token
+// Init made once and someone deleted is not made again. An expired token
+// of the layer is never made, and bindings of an earlier liken that let
+// the controller manager approve any machine's certificate are deleted.
+func TestInitLeavesTheTokens(t *testing.T) {
+	ctx := context.Background()
+	shortened := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-ghijkl", Namespace: "kube-system"}, Type: corev1.SecretTypeBootstrapToken,
+		Data: map[string][]byte{"token-id": []byte("ghijkl"), "token-secret": []byte("fedcba9876543210"), "expiration": []byte("2026-12-01T13:00:00Z")}}
+	record := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: JoinTokensRecord, Namespace: "kube-system"}, Data: map[string]string{testTokenID: "the fleet"}}
+	retired := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "liken:join:approve-node-client"},
+		RoleRef: rbacv1.RoleRef{Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:nodeclient"}}
+	kube := fake.NewClientset(shortened, record, retired, leaderNode("l2"))
+	o := initOptions(t, kube)
+	expired := MachineToken{Machine: "w2", Token: "mnopqr.fedcba9876543210", Expires: now.Add(-time.Second)}
+	o.JoinTokens = append(o.JoinTokens, expired)
+	err, _ := runInit(t, o, clocktesting.NewFakeClock(now))
+	assert.NilError(t, err)
+
+	s, err := kube.CoreV1().Secrets("kube-system").Get(ctx, shortened.Name, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, s, shortened)
+	for _, gone := range []string{"bootstrap-token-" + testTokenID, "bootstrap-token-mnopqr"} {
+		_, err = kube.CoreV1().Secrets("kube-system").Get(ctx, gone, metav1.GetOptions{})
+		assert.Check(t, apierrors.IsNotFound(err), "%s: %v", gone, err)
 	}
+	got, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, JoinTokensRecord, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got.Data, map[string]string{testTokenID: "the fleet", "ghijkl": "machine w1"})
+	_, err = kube.RbacV1().ClusterRoleBindings().Get(ctx, retired.Name, metav1.GetOptions{})
+	assert.Check(t, apierrors.IsNotFound(err), "the retired binding: %v", err)
 }
 
 // TestInitWaitsForTheAPI: while the API server does not answer yet, Init
 // tries again every 5 s; a binding that appears meanwhile counts as made.
 func TestInitWaitsForTheAPI(t *testing.T) {
-	kube := fake.NewClientset()
+	kube := fake.NewClientset(leaderNode("l2"))
 	down := 3
-	kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+	kube.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if down > 0 {
 			down--
 			return true, nil, apierrors.NewServiceUnavailable("the API server is starting")
@@ -343,13 +385,13 @@ func TestInitWaitsForTheAPI(t *testing.T) {
 func TestInitRefusesABadToken(t *testing.T) {
 	p := filepath.Join(t.TempDir(), TokenFile)
 	assert.NilError(t, os.WriteFile(p, []byte("abcdef.0123456789abcdef\n"), 0o600))
-	o := initOptions(t, fake.NewClientset())
-	o.TokenFile = p
+	o := initOptions(t, fake.NewClientset(leaderNode("l2")))
+	o.SharedTokenFile = p
 	err := Init(context.Background(), o)
 	assert.ErrorContains(t, err, p+": the join token is not K10<CA hash>::<id>.<secret>")
 	assert.Assert(t, !errors.Is(err, os.ErrNotExist))
 
-	o.TokenFile = filepath.Join(t.TempDir(), "missing")
+	o.SharedTokenFile = filepath.Join(t.TempDir(), "missing")
 	assert.ErrorIs(t, Init(context.Background(), o), os.ErrNotExist)
 }
 
@@ -415,7 +457,7 @@ func TestInitPromotesARealLearner(t *testing.T) {
 		return poll.Success()
 	}, poll.WithTimeout(90*time.Second), poll.WithDelay(200*time.Millisecond))
 
-	err = Init(ctx, InitOptions{Kube: fake.NewClientset(), TokenFile: writeToken(t), Name: "b",
+	err = Init(ctx, InitOptions{Kube: fake.NewClientset(leaderNode("b")), SharedTokenFile: writeToken(t), Name: "b",
 		ClientURLs: []string{bClient, aClient}, Etcd: c, Interval: 200 * time.Millisecond, Timeout: time.Minute})
 	assert.NilError(t, err)
 	members, err := c.MemberList(ctx, bClient)
@@ -429,7 +471,7 @@ func TestInitPromotesARealLearner(t *testing.T) {
 // and a Service at another address, as they are.
 func TestInitCreatesTheAddonsOnce(t *testing.T) {
 	ctx := context.Background()
-	kube := fake.NewClientset()
+	kube := fake.NewClientset(leaderNode("l2"))
 	clk := clocktesting.NewFakeClock(now)
 	o := initOptions(t, kube)
 	addons, err := manifests.DNSObjects("10.43.0.10")

@@ -26,15 +26,19 @@ import (
 var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 // kubeconfig writes a kubeconfig whose client certificate has the given
-// subject and expiry, and returns its path.
+// subject and expiry, issued an hour before now, and returns its path.
 func kubeconfig(t *testing.T, cn string, groups []string, notAfter time.Time) string {
+	return kubeconfigFrom(t, cn, groups, now.Add(-time.Hour), notAfter)
+}
+
+func kubeconfigFrom(t *testing.T, cn string, groups []string, notBefore, notAfter time.Time) string {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	assert.NilError(t, err)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
 		Subject:      pkix.Name{CommonName: cn, Organization: groups},
-		NotBefore:    now.Add(-time.Hour),
+		NotBefore:    notBefore,
 		NotAfter:     notAfter,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
@@ -43,7 +47,7 @@ func kubeconfig(t *testing.T, cn string, groups []string, notAfter time.Time) st
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	assert.NilError(t, err)
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	assert.NilError(t, write(path, &rest.Config{Host: "https://127.0.0.1:1"},
+	assert.NilError(t, WriteCredentials(path, &rest.Config{Host: "https://127.0.0.1:1"},
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})))
 	return path
@@ -96,9 +100,23 @@ func TestJoinWithoutToken(t *testing.T) {
 	assert.NilError(t, err)
 	assert.DeepEqual(t, before, after)
 
-	// One that expires soon is still used when nothing can replace it.
-	soon := kubeconfig(t, "system:node:m1", []string{NodeGroup}, now.Add(time.Hour))
-	assert.NilError(t, Join(ctx, Options{Machine: "m1", Kubeconfig: soon, Now: clock}))
+	// One whose renewal is due is left as it is at a join; a renewal while
+	// the cluster does not answer fails and leaves it too.
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	due := kubeconfigFrom(t, "system:node:m1", []string{NodeGroup}, now.Add(-3*time.Hour), now.Add(time.Hour))
+	cfg, err := clientcmd.LoadFromFile(due)
+	assert.NilError(t, err)
+	cfg.Clusters["liken"].Server = down.URL
+	assert.NilError(t, clientcmd.WriteToFile(*cfg, due))
+	before, err = os.ReadFile(KeyFile(due))
+	assert.NilError(t, err)
+	assert.NilError(t, Join(ctx, Options{Machine: "m1", Kubeconfig: due, Now: clock}))
+	err = Renew(ctx, Options{Machine: "m1", Kubeconfig: due, Now: clock})
+	assert.ErrorContains(t, err, "renewing the machine's certificate, which expires at 2026-12-01T13:00:00Z (it serves until then)")
+	after, err = os.ReadFile(KeyFile(due))
+	assert.NilError(t, err)
+	assert.DeepEqual(t, before, after)
 
 	// No certificate and no token: the error says what to give.
 	err = Join(ctx, Options{Machine: "m1", Kubeconfig: filepath.Join(t.TempDir(), "kubeconfig"), Now: clock})
@@ -111,12 +129,37 @@ func TestJoinWithoutToken(t *testing.T) {
 
 func TestWriteIsPrivate(t *testing.T) {
 	path := kubeconfig(t, "system:node:m1", []string{NodeGroup}, now.Add(time.Hour))
-	fi, err := os.Stat(path)
-	assert.NilError(t, err)
-	assert.Equal(t, fi.Mode().Perm(), os.FileMode(0o600), "the kubeconfig holds the machine's private key")
+	for _, p := range []string{path, KeyFile(path)} {
+		fi, err := os.Stat(p)
+		assert.NilError(t, err)
+		assert.Equal(t, fi.Mode().Perm(), os.FileMode(0o600), "%s holds or names the machine's private key", p)
+	}
 	entries, err := os.ReadDir(filepath.Dir(path))
 	assert.NilError(t, err)
-	assert.Equal(t, len(entries), 1, "no temporary file is left behind")
+	assert.Equal(t, len(entries), 2, "no temporary file is left behind")
+}
+
+// TestRenewalDue: a certificate is renewed once two thirds of its lifetime
+// have passed, as the kubelet renews its own.
+func TestRenewalDue(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		notBefore time.Time
+		due       bool
+	}{
+		{"a third of its life", now.Add(-time.Hour), false},
+		{"just before two thirds", now.Add(-4*time.Hour + time.Second), false},
+		{"two thirds", now.Add(-4 * time.Hour), true},
+		{"expired", now.Add(-9 * time.Hour), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := kubeconfigFrom(t, "system:node:m1", []string{NodeGroup}, tc.notBefore, tc.notBefore.Add(6*time.Hour))
+			due, _ := RenewalDue(path, now)
+			assert.Equal(t, due, tc.due)
+		})
+	}
+	due, _ := RenewalDue(filepath.Join(t.TempDir(), "missing"), now)
+	assert.Assert(t, due, "no certificate at all")
 }
 
 // TestJoinRequestErrors: a failed certificate request says whether the

@@ -34,6 +34,12 @@ const (
 	// AnnotationCordoned on a Node records that liken cordoned it, so liken
 	// uncordons only nodes it cordoned.
 	AnnotationCordoned = "liken.sh/cordoned"
+	// LeaderNodeLabel marks the Node of a leader, where cluster-operator
+	// runs. A kubelet cannot set a label of the node-restriction.kubernetes.io/
+	// prefix on its own Node (NodeRestriction), so a worker cannot claim it:
+	// a leader's control-plane init sets it, as an administrator does on a
+	// control plane that is not liken's.
+	LeaderNodeLabel = "node-restriction.kubernetes.io/liken-leader"
 )
 
 // Annotations a person sets on a Leader Machine to say how the other

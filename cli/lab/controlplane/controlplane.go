@@ -71,10 +71,11 @@ type Options struct {
 	// Binary is the multi-call binary built by `make kube`. Empty: found by
 	// srctree.Binary.
 	Binary string
-	// Machines are the machine names that join when the control plane
-	// starts, each with the join token through TLS bootstrap, as liken-node
-	// does: each gets a key and a certificate of its own
-	// (system:node:<name> in group system:nodes) in MachineKubeconfig.
+	// Machines are the machine names given, when the control plane starts,
+	// a key and a certificate of their own (system:node:<name> in group
+	// system:nodes) issued by the control plane's CA, as a leader's setup
+	// issues its own, in MachineKubeconfig. Joining with a join token is
+	// liken-node's (node/join), tested on its own.
 	Machines []string
 	// TokenMachines are machine identities (system:node:<name> in group
 	// system:nodes) given a static token instead of a joined certificate,
@@ -86,10 +87,10 @@ type Options struct {
 	// identity's server CA, so machines that join with that identity's
 	// layer trust the API server. Nil: a throw-away CA.
 	CA *CA
-	// JoinToken is the bootstrap token (<id>.<secret>) machines join with,
-	// such as the one in a cluster identity's join token. Empty: a random
-	// one.
-	JoinToken string
+	// JoinTokens are machines' own join tokens, such as those of a layer,
+	// which the control plane makes tokens of the cluster, as a leader's
+	// control-plane init does.
+	JoinTokens []nodecontrolplane.MachineToken
 	// PodCIDR is the range the controller manager gives each Node a pod
 	// range of (spec.network.podCIDR of the Clusters it runs). Empty:
 	// v1alpha1.DefaultPodCIDR.
@@ -193,10 +194,9 @@ type ControlPlane struct {
 	// Processes are the processes started, in start order.
 	Processes []*Process
 
-	caPEM     []byte
-	tokens    map[string]string // user -> token
-	joinToken string            // the bootstrap token, "<id>.<secret>"
-	opts      Options
+	caPEM  []byte
+	tokens map[string]string // user -> token
+	opts   Options
 }
 
 // Start brings up etcd, kube-apiserver, kube-controller-manager,
@@ -358,7 +358,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	); err != nil {
 		return nil, err
 	}
-	if err := cp.joinMachines(ctx, opts.Machines); err != nil {
+	if err := cp.issueMachines(opts.Machines); err != nil {
 		return nil, err
 	}
 	return cp, nil

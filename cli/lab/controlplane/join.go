@@ -2,48 +2,44 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"path/filepath"
-	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"liken.sh/liken/internal/pki"
 	nodecp "liken.sh/liken/node/controlplane"
 	"liken.sh/liken/node/join"
 )
 
-// setUpJoin creates the join token (a bootstrap token Secret in
-// kube-system) and the bindings that let it ask for a machine certificate.
+// setUpJoin creates the Secrets of Options.JoinTokens (bootstrap tokens in
+// kube-system, each bound to its machine) and the binding that lets a join
+// token ask for a machine certificate. Approving a request is
+// cluster-operator's (controllers/nodeclients), as on liken's own leaders.
 func (cp *ControlPlane) setUpJoin(ctx context.Context) error {
-	// Bootstrap tokens are [a-z0-9]{6}.[a-z0-9]{16}; rand.Text is base32
-	// (A-Z, 2-7).
-	id, secret := strings.ToLower(rand.Text()[:6]), strings.ToLower(rand.Text()[:16])
-	if t := cp.opts.JoinToken; t != "" {
-		var ok bool
-		if id, secret, ok = strings.Cut(t, "."); !ok {
-			return fmt.Errorf("the join token is not a bootstrap token <id>.<secret>")
-		}
-	}
-	cp.joinToken = id + "." + secret
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
 	// kube-system appears a moment after the API server is ready.
-	if err := retry(ctx, func() error { return nodecp.EnsureBootstrapToken(ctx, cs, id, secret) }); err != nil {
-		return fmt.Errorf("creating the bootstrap token: %w", err)
+	if err := retry(ctx, func() error { return nodecp.EnsureJoinTokens(ctx, cs, cp.opts.JoinTokens, time.Now()) }); err != nil {
+		return fmt.Errorf("creating the join tokens: %w", err)
 	}
-	if err := nodecp.EnsureBindings(ctx, cs, nodecp.JoinBindings); err != nil {
+	return nodecp.EnsureBindings(ctx, cs, nodecp.JoinBindings)
+}
+
+// CreateJoinTokens makes tokens join tokens of the cluster, as a leader's
+// control-plane init does with the tokens of its layer.
+func (cp *ControlPlane) CreateJoinTokens(ctx context.Context, tokens []nodecp.MachineToken) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
 		return err
 	}
-	return clientcmd.WriteToFile(cp.bootstrapKubeconfig(), cp.BootstrapKubeconfig())
+	return nodecp.EnsureJoinTokens(ctx, cs, tokens, time.Now())
 }
 
 func retry(ctx context.Context, f func() error) error {
@@ -63,53 +59,47 @@ func retry(ctx context.Context, f func() error) error {
 	}
 }
 
-func (cp *ControlPlane) bootstrapKubeconfig() clientcmdapi.Config {
-	return join.BootstrapKubeconfig(cp.Server, cp.caPEM, cp.joinToken)
+// WriteBootstrapKubeconfig writes, at path, the kubeconfig a machine joins
+// with: the API server, its CA, and the machine's join token
+// (<id>.<secret>).
+func (cp *ControlPlane) WriteBootstrapKubeconfig(path, token string) error {
+	return clientcmd.WriteToFile(join.BootstrapKubeconfig(cp.Server, cp.caPEM, token), path)
 }
 
-// BootstrapKubeconfig is the path of the kubeconfig that carries the join
-// token: what liken-node --bootstrap-kubeconfig reads on a machine that has
-// not joined yet.
-func (cp *ControlPlane) BootstrapKubeconfig() string {
-	return filepath.Join(cp.Dir, "kubeconfigs", "bootstrap.kubeconfig")
+// BootstrapConfig is a rest.Config that authenticates with a join token.
+func (cp *ControlPlane) BootstrapConfig(token string) *rest.Config {
+	return &rest.Config{Host: cp.Server, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: cp.caPEM}}
 }
 
-// BootstrapConfig is a rest.Config that authenticates with the join token.
-func (cp *ControlPlane) BootstrapConfig() *rest.Config {
-	return &rest.Config{Host: cp.Server, BearerToken: cp.joinToken, TLSClientConfig: rest.TLSClientConfig{CAData: cp.caPEM}}
-}
-
-// joinMachines joins machines, a few at a time, each into its
-// MachineKubeconfig.
-func (cp *ControlPlane) joinMachines(ctx context.Context, machines []string) error {
-	if len(machines) == 0 {
-		return nil
+// IssueMachineKubeconfig writes, at path, a kubeconfig with a certificate
+// for system:node:<machine> issued by the control plane's CA, as a leader's
+// control plane setup issues its own (node/controlplane
+// IssueMachineCredentials): no join token, no approval.
+func (cp *ControlPlane) IssueMachineKubeconfig(machine, path string) error {
+	ca, err := pki.LoadCA(filepath.Join(cp.Dir, "pki", "ca.crt"), filepath.Join(cp.Dir, "pki", "ca.key"))
+	if err != nil {
+		return err
 	}
-	start := time.Now()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	sem := make(chan struct{}, 8)
+	leaf, err := ca.Issue(pki.Request{CommonName: join.User(machine), Organizations: []string{join.NodeGroup}, Usage: pki.ClientAuth, Now: time.Now(), Validity: pkiValidity})
+	if err != nil {
+		return err
+	}
+	key, err := leaf.KeyPEM()
+	if err != nil {
+		return err
+	}
+	return join.WriteCredentials(path, &rest.Config{Host: cp.Server, TLSClientConfig: rest.TLSClientConfig{CAData: cp.caPEM}}, leaf.CertPEM(), key)
+}
+
+// issueMachines gives each of machines its MachineKubeconfig.
+func (cp *ControlPlane) issueMachines(machines []string) error {
 	for _, m := range machines {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			err := join.Join(ctx, join.Options{Machine: m, Bootstrap: cp.BootstrapConfig(), Kubeconfig: cp.MachineKubeconfig(m)})
-			if err != nil {
-				mu.Lock()
-				if first == nil {
-					first = fmt.Errorf("machine %s joining: %w", m, err)
-				}
-				mu.Unlock()
-			}
-		}()
+		if err := cp.IssueMachineKubeconfig(m, cp.MachineKubeconfig(m)); err != nil {
+			return fmt.Errorf("machine %s: %w", m, err)
+		}
 	}
-	wg.Wait()
-	if first == nil {
-		cp.opts.Log("%d machines joined through TLS bootstrap in %s", len(machines), time.Since(start).Round(time.Millisecond))
+	if len(machines) > 0 {
+		cp.opts.Log("%d machines have certificates of the control plane's CA", len(machines))
 	}
-	return first
+	return nil
 }

@@ -228,7 +228,8 @@ func StartProbe(ctx context.Context, kube kubernetes.Interface) (*apiprobe.Probe
 }
 
 // OperatorOnFleet waits until cluster-operator's Deployment has replicas
-// available, each pod running on a Node of the fleet.
+// available, each pod running on a leader of the fleet (a Node labelled
+// likenv1.LeaderNodeLabel), never on a worker.
 func OperatorOnFleet(t *testing.T, kube kubernetes.Interface, replicas int32) {
 	t.Helper()
 	ctx := t.Context()
@@ -247,6 +248,14 @@ func OperatorOnFleet(t *testing.T, kube kubernetes.Interface, replicas int32) {
 		for _, p := range pods.Items {
 			if p.Spec.NodeName == "" {
 				return poll.Continue("pod %s runs on no Node", p.Name)
+			}
+			// Only on leaders, which their control-plane init labelled.
+			n, err := kube.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return poll.Continue("Node %s: %v", p.Spec.NodeName, err)
+			}
+			if _, ok := n.Labels[likenv1.LeaderNodeLabel]; !ok {
+				return poll.Error(fmt.Errorf("cluster-operator's pod %s runs on %s, which is not labelled %s (a worker)", p.Name, n.Name, likenv1.LeaderNodeLabel))
 			}
 		}
 		return poll.Success()

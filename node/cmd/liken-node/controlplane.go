@@ -57,14 +57,18 @@ func controlPlaneCommand(exec execFunc) *cobra.Command {
 
 	setup := &cobra.Command{
 		Use:   "setup",
-		Short: "Issue the control plane's certificates and kubeconfigs from the cluster identity into --setup-dir (at every boot)",
+		Short: "Issue the control plane's certificates and kubeconfigs from the cluster identity into --setup-dir, and the leader's own as a machine where it has none (at every boot)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			cfg, err := f.config()
 			if err != nil {
 				return err
 			}
-			return controlplane.Setup(cfg, filepath.Join(f.leaderDir, controlplane.IdentityDir), f.setupDir, time.Now())
+			identity, now := filepath.Join(f.leaderDir, controlplane.IdentityDir), time.Now()
+			if err := controlplane.Setup(cfg, identity, f.setupDir, now); err != nil {
+				return err
+			}
+			return controlplane.IssueMachineCredentials(cfg, identity, controlplane.DefaultMachineCredentials, now)
 		},
 	}
 
@@ -291,15 +295,24 @@ func (f *controlPlaneFlags) init(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	tokens, err := controlplane.LoadJoinTokens(filepath.Join(f.leaderDir, controlplane.JoinTokensFile))
+	if err != nil {
+		return err
+	}
+	shared := ""
+	if cfg.SharedJoinToken {
+		shared = filepath.Join(f.leaderDir, controlplane.IdentityDir, controlplane.TokenFile)
+	}
 	return controlplane.Init(cmd.Context(), controlplane.InitOptions{
-		Addons:     addons,
-		Kube:       kube,
-		TokenFile:  filepath.Join(f.leaderDir, controlplane.IdentityDir, controlplane.TokenFile),
-		Name:       cfg.Machine,
-		ClientURLs: clientURLs,
-		Etcd:       etcd,
-		Data:       controlplane.DiskData{Dir: f.dataDir},
-		Timeout:    f.timeout,
+		Addons:          addons,
+		Kube:            kube,
+		SharedTokenFile: shared,
+		JoinTokens:      tokens.Tokens,
+		Name:            cfg.Machine,
+		ClientURLs:      clientURLs,
+		Etcd:            etcd,
+		Data:            controlplane.DiskData{Dir: f.dataDir},
+		Timeout:         f.timeout,
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
@@ -136,6 +137,9 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		if err := joinCluster(ctx, f); err != nil {
 			return err
 		}
+		// The certificate is renewed while liken-node runs; its client
+		// reads the renewed one from the file the kubeconfig names.
+		go renewCertificate(ctx, f)
 	}
 	cfg, err := command.RESTConfig(f.kubeconfig, "liken-node/"+version.Version)
 	if err != nil {
@@ -233,18 +237,59 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 }
 
 // joinCluster makes sure --kubeconfig holds this machine's own certificate,
-// joining with the join token of --bootstrap-kubeconfig when it does not.
+// joining with the join token of --bootstrap-kubeconfig when it holds none
+// it can use (a leader's control plane setup issues its own).
 func joinCluster(ctx context.Context, f runFlags) error {
-	if f.kubeconfig == "" {
-		return errors.New("--bootstrap-kubeconfig needs --kubeconfig: the file the machine's own credentials go to")
-	}
-	boot, err := command.RESTConfig(f.bootstrap, "liken-node/"+version.Version)
+	o, err := joinOptions(f)
 	if err != nil {
-		return fmt.Errorf("--bootstrap-kubeconfig: %w", err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
-	return join.Join(ctx, join.Options{Machine: f.machine, Bootstrap: boot, Kubeconfig: f.kubeconfig})
+	return join.Join(ctx, o)
+}
+
+// joinOptions are how this machine joins: its name, --kubeconfig, and the
+// join token of --bootstrap-kubeconfig when that file exists.
+func joinOptions(f runFlags) (join.Options, error) {
+	if f.kubeconfig == "" {
+		return join.Options{}, errors.New("--bootstrap-kubeconfig needs --kubeconfig: the file the machine's own credentials go to")
+	}
+	var boot *rest.Config
+	if _, err := os.Stat(f.bootstrap); err == nil {
+		if boot, err = command.RESTConfig(f.bootstrap, "liken-node/"+version.Version); err != nil {
+			return join.Options{}, fmt.Errorf("--bootstrap-kubeconfig: %w", err)
+		}
+	}
+	return join.Options{Machine: f.machine, Bootstrap: boot, Kubeconfig: f.kubeconfig}, nil
+}
+
+// renewInterval is how often liken-node looks whether its certificate is
+// due for renewal (two thirds of its lifetime).
+const renewInterval = 10 * time.Minute
+
+// renewCertificate renews the machine's certificate while liken-node runs,
+// until ctx ends. A failed renewal is logged, and tried again at the next
+// look, while the certificate still serves.
+func renewCertificate(ctx context.Context, f runFlags) {
+	t := time.NewTicker(renewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		o, err := joinOptions(f)
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, joinTimeout)
+			err = join.Renew(rctx, o)
+			cancel()
+		}
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "The machine's certificate")
+		}
+	}
 }
 
 // joinTimeout bounds a join: in a trial boot, a machine that cannot join
