@@ -8,6 +8,7 @@ package turns
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/client-go/tools/cache"
@@ -191,6 +193,18 @@ func New(cfg Config) (*Controller, error) {
 		}
 		if o, exists, _ := c.machines.GetByKey(name); exists {
 			enqueueMachine(o)
+			return
+		}
+		// A machine whose Machine was deleted may still hold a turn until
+		// its Node is back or gone.
+		clusters, err := c.clusters.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, cl := range clusters {
+			if slices.ContainsFunc(cl.Status.RebootTurns, func(t likenv1.RebootTurn) bool { return t.Machine == name }) {
+				c.queue.Add(cl.Name)
+			}
 		}
 	}
 	handlers := []struct {
@@ -280,28 +294,39 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // observe reads the cluster's machines, their Nodes and which machines are
 // silent, as of one moment: Lost verdicts wait while it reads (see
 // Liveness.Hold), so no machine it reads alive is being written Lost.
-func (c *Controller) observe(cluster string) (machines []*likenv1.Machine, nodes map[string]Node, silent map[string]bool, now time.Time, err error) {
+func (c *Controller) observe(cluster *likenv1.Cluster) (machines []*likenv1.Machine, nodes map[string]Node, silent map[string]bool, now time.Time, err error) {
 	if c.cfg.Liveness != nil {
 		defer c.cfg.Liveness.Hold()()
 	}
-	machines, err = c.roster.MachinesOf(c.machines, cluster)
+	machines, err = c.roster.MachinesOf(c.machines, cluster.Name)
 	if err != nil {
 		return nil, nil, nil, time.Time{}, err
 	}
-	// Only machines that have a Node get an entry (no entry: no Node).
+	// The Nodes of the machines, and of those holding a turn whose Machine
+	// was deleted. Only machines that have a Node get an entry (no entry:
+	// no Node).
+	names := make([]string, 0, len(machines)+len(cluster.Status.RebootTurns))
 	for _, m := range machines {
-		obj, exists, err := c.nodes.GetByKey(m.Name)
+		names = append(names, m.Name)
+	}
+	for _, t := range cluster.Status.RebootTurns {
+		if !slices.Contains(names, t.Machine) {
+			names = append(names, t.Machine)
+		}
+	}
+	for _, name := range names {
+		obj, exists, err := c.nodes.GetByKey(name)
 		if err != nil {
-			return nil, nil, nil, time.Time{}, fmt.Errorf("reading the Node of machine %s: %w", m.Name, err)
+			return nil, nil, nil, time.Time{}, fmt.Errorf("reading the Node of machine %s: %w", name, err)
 		}
 		n, ok := obj.(*corev1.Node)
 		if !exists || !ok {
 			continue
 		}
 		if nodes == nil {
-			nodes = make(map[string]Node, len(machines))
+			nodes = make(map[string]Node, len(names))
 		}
-		nodes[m.Name] = Node{State: fleet.StateOf(n), CordonedByLiken: fleet.CordonedByLiken(n), Heartbeat: fleet.ReadyHeartbeat(n), BootID: n.Status.NodeInfo.BootID}
+		nodes[name] = Node{State: fleet.StateOf(n), CordonedByLiken: fleet.CordonedByLiken(n), Heartbeat: fleet.ReadyHeartbeat(n), BootID: n.Status.NodeInfo.BootID}
 	}
 	now = c.cfg.Clock.Now()
 	if c.cfg.Liveness != nil {
@@ -337,7 +362,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// backoff and a second decision. After a failed write the last one
 	// that succeeded still counts, until the cache moves past it.
 	cluster = c.written.Latest(key, cluster)
-	machines, nodes, silent, now, err := c.observe(cluster.Name)
+	machines, nodes, silent, now, err := c.observe(cluster)
 	if err != nil {
 		return 0, err
 	}

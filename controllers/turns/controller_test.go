@@ -679,3 +679,28 @@ func TestControllerReadsSilenceUnderTheLivenessHold(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "a")
 }
+
+// TestControllerDeletedMachineHoldsItsTurnWhileItsNodeIsDown: the
+// controller reads the Node of a machine whose Machine was deleted during
+// its turn, keeps the turn while that Node is down, and gives the place to
+// the next machine once the Node is gone.
+func TestControllerDeletedMachineHoldsItsTurnWhileItsNodeIsDown(t *testing.T) {
+	granted := after.Add(-time.Minute)
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("1"), tu.Turns(tu.Turn("w1", likenv1.TurnRelease, false, granted))),
+		tu.Machine("w2", tu.WantsRelease),
+		tu.Node("w1", false, tu.Heartbeat(granted), tu.NodeBootID("boot-1-w1")),
+		tu.Node("w2", true, tu.Heartbeat(granted)))
+	_, err := f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "w1", "the deleted machine's turn ended while its Node was down")
+
+	f.refresh("lab")
+	n, _, err := f.ctrl.nodes.GetByKey("w1")
+	assert.NilError(t, err)
+	assert.NilError(t, f.ctrl.nodes.Delete(n))
+	_, err = f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Turns, "w2")
+	assert.Assert(t, is.Contains(strings.Join(f.events(), "\n"), "Took back the turn of machine w1: the Machine was deleted, and it has no Node"))
+}

@@ -468,8 +468,7 @@ func openWindowMessage(win window.State) string {
 // was for.
 func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target string) (Ended, bool) {
 	if m == nil {
-		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
-			"Took back the turn of machine %s: the Machine was deleted", t.Machine)}, true
+		return endDeleted(t, node)
 	}
 	if t.Reason == likenv1.TurnRestartK3s {
 		return endRestartK3s(t, m, node)
@@ -479,6 +478,26 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target string
 		return endAfterBoot(t, m, node, target)
 	}
 	return endBeforeStart(t, m, node)
+}
+
+// endDeleted says whether the turn t of a machine whose Machine was
+// deleted ends. Deleting the Machine does not stop the machine: while its
+// Node is down, or cordoned by liken for the turn and not yet back from a
+// new boot, it may still be draining or rebooting, so the turn keeps its
+// place in the budget until the Node is Ready or gone
+// (docs/design/protocol.md#cluster-operator-ends-a-turn).
+func endDeleted(t likenv1.RebootTurn, node Node) (Ended, bool) {
+	switch {
+	case node.State == fleet.NodeMissing:
+		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
+			"Took back the turn of machine %s: the Machine was deleted, and it has no Node", t.Machine)}, true
+	case node.State != fleet.NodeReady:
+		return Ended{}, false
+	case node.CordonedByLiken && (node.BootID == "" || node.BootID == t.BootID):
+		return Ended{}, false
+	}
+	return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
+		"Took back the turn of machine %s: the Machine was deleted, and its Node is Ready", t.Machine)}, true
 }
 
 // endAfterBoot says whether the turn t of machine m, back from a new boot,

@@ -472,8 +472,18 @@ func TestTurnsEnd(t *testing.T) {
 		{name: "a failed trial ends the turn without waiting for the Node", turn: tu.Turn("a", likenv1.TurnRelease, true, granted),
 			machine: tu.Machine("a", tu.Leader, tu.WantsRelease, tu.TrialFailed), node: Node{State: fleet.NodeReady, Heartbeat: granted.Add(-time.Minute), BootID: "boot-1-a"},
 			result: ResultTrialFailed, message: "NoRejoin"},
-		{name: "deleted machine", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
-			result: ResultTakenBack, message: "Machine was deleted"},
+		{name: "deleted machine without a Node", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			result: ResultTakenBack, message: "the Machine was deleted, and it has no Node"},
+		{name: "deleted machine whose Node is down keeps its place", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			node: Node{State: fleet.NodeNotReady, BootID: "boot-1-a"}},
+		{name: "deleted machine draining (its Node cordoned by liken, same boot) keeps its place", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			node: Node{State: fleet.NodeReady, CordonedByLiken: true, Heartbeat: after, BootID: "boot-1-a"}},
+		{name: "deleted machine back from a new boot, still cordoned, ends", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			node:   Node{State: fleet.NodeReady, CordonedByLiken: true, Heartbeat: after, BootID: "boot-2-a"},
+			result: ResultTakenBack, message: "the Machine was deleted, and its Node is Ready"},
+		{name: "deleted machine whose Node is Ready, not cordoned, ends", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
+			node:   Node{State: fleet.NodeReady, Heartbeat: granted.Add(-time.Minute), BootID: "boot-1-a"},
+			result: ResultTakenBack, message: "the Machine was deleted, and its Node is Ready"},
 		{name: "new staged change before start", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
 			machine: tu.Machine("a", tu.WantsRelease, tu.Change("change-newer")), result: ResultTakenBack, message: `now "change-newer"`},
 		{name: "need vanished before start", turn: tu.Turn("a", likenv1.TurnRelease, false, granted),
@@ -490,10 +500,9 @@ func TestTurnsEnd(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var machines []*likenv1.Machine
-			nodes := map[string]Node{}
+			nodes := map[string]Node{tc.turn.Machine: tc.node}
 			if tc.machine != nil {
 				machines = append(machines, tc.machine)
-				nodes[tc.machine.Name] = tc.node
 			}
 			// maxUnavailable 0: nothing new is granted, only endings show.
 			c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0"), tu.Turns(tc.turn))
@@ -971,4 +980,25 @@ func TestInvalidWindowMessageIsBounded(t *testing.T) {
 	assert.Assert(t, len(cond.Message) < 8192, "%d bytes", len(cond.Message))
 	assert.Assert(t, is.Contains(cond.Message, "spec.disruption.windows: Too many: 40: must have at most 32 items"))
 	assert.Assert(t, is.Contains(cond.Message, "and 271 more"))
+}
+
+// TestDeletedMachineKeepsItsPlace: a machine whose Machine was deleted
+// during its turn keeps its place in the budget while its Node is down, so
+// no other machine goes down beside it; once its Node is gone the next
+// machine gets the turn.
+func TestDeletedMachineKeepsItsPlace(t *testing.T) {
+	granted := after.Add(-time.Minute)
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("1"), tu.Turns(tu.Turn("a", likenv1.TurnRelease, false, granted)))
+	b := tu.Machine("b", tu.WantsRelease)
+	down := map[string]Node{"a": {State: fleet.NodeNotReady, BootID: "boot-1-a"}, "b": {State: fleet.NodeReady, BootID: "boot-1-b"}}
+	d := Decide(input(c, []*likenv1.Machine{b}, down))
+	assert.Equal(t, len(d.Ended), 0)
+	assert.Equal(t, len(d.Granted), 0, "machine b went down beside the deleted machine a, whose Node is down")
+	assert.Equal(t, d.Status.Turns, "a")
+
+	gone := map[string]Node{"b": down["b"]}
+	d = Decide(input(c, []*likenv1.Machine{b}, gone))
+	assert.Equal(t, len(d.Ended), 1)
+	assert.Equal(t, len(d.Granted), 1)
+	assert.Equal(t, d.Granted[0].Machine, "b")
 }
