@@ -71,8 +71,10 @@ spec: {cluster: vmcluster, role: Leader, rebootPolicy: Auto}
 	assert.Assert(t, len(errs) == 0, "%v", errs)
 	id, err := layer.GenerateIdentity(layer.GenerateOptions{Cluster: "vmcluster"})
 	assert.NilError(t, err)
+	tokens, err := layer.MachineTokens(machines, time.Now().Add(layer.DefaultJoinTokenTTL), nil)
+	assert.NilError(t, err)
 	layerFile := filepath.Join(dir, "layer.tgz")
-	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: machines, Identity: id}).WriteFile(layerFile, false))
+	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: machines, Identity: id, Tokens: tokens}).WriteFile(layerFile, false))
 
 	// liken install, with the kit's GRUB.
 	g := diskimage.UnpackedGRUB(k.Root)
