@@ -71,7 +71,9 @@ download and stage at any time, but their turns wait for a window.
 
 The command exits 0 when the rollout is complete, and non-zero when
 cluster-operator halts it (RolloutStalled: a machine did not come back from
-its turn; TrialFailed: a machine could not prove the release) or when
+its turn; TrialFailed: a machine could not prove the release;
+K3sRestartFailed: a machine's node did not come back after k3s restarted
+with a new settings.k3sArgs or registryMirrors value) or when
 --timeout passes. CLUSTER may be left out when there is only one Cluster.`,
 		Example: `  # Follow the rollout of mycluster
   liken rollout status mycluster
@@ -102,7 +104,7 @@ its turn; TrialFailed: a machine could not prove the release) or when
 func newResumeCommand(flags *kube.Flags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume CLUSTER",
-		Short: "Resume a rollout halted by RolloutStalled or TrialFailed",
+		Short: "Resume a rollout halted by RolloutStalled, TrialFailed or K3sRestartFailed",
 		Long: `Resume a rollout that cluster-operator halted, once you have examined the
 machine named in the halt.
 
@@ -113,7 +115,14 @@ again when it comes back.
 TrialFailed: a machine could not prove the release and went back to its
 proven slot. Resuming lets machines try the same release again, that one
 included; if another trial fails, the rollout halts again. To stop the
-release instead, set spec.version back (that also lifts the halt).`,
+release instead, set spec.version back (that also lifts the halt).
+
+K3sRestartFailed: a machine's node was not Ready again within the trial
+timeout after k3s restarted with a new value of settings.k3sArgs or
+settings.registryMirrors, and the machine restarted k3s with the value it
+ran before. Resuming lets machines try the same value again, that one
+included; if another restart fails, the rollout halts again. To stop the
+value instead, correct it (that also lifts the halt).`,
 		Example: `  # Resume the rollout of mycluster
   liken rollout resume mycluster`,
 		Args:              cmdutil.ExactArgs("CLUSTER"),
@@ -144,7 +153,7 @@ type StatusOptions struct {
 type HaltedError struct {
 	// Cluster is the halted cluster.
 	Cluster string
-	// Reason is RolloutStalled or TrialFailed.
+	// Reason is RolloutStalled, TrialFailed or K3sRestartFailed.
 	Reason string
 	// Machine is the machine the halt names.
 	Machine string
@@ -159,6 +168,8 @@ func (e *HaltedError) Error() string {
 		next = fmt.Sprintf("examine %s (kubectl describe machine %s), then liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
 	case v1alpha1.ReasonTrialFailed:
 		next = fmt.Sprintf("find why %s failed its trial (kubectl describe machine %s); set spec.version back, or after a fix run liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
+	case v1alpha1.ReasonK3sRestartFailed:
+		next = fmt.Sprintf("find why the node of %s was not Ready after k3s restarted (kubectl describe machine %s, and the kubelet's log on it); correct settings.k3sArgs or settings.registryMirrors, or after a fix run liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
 	default:
 		next = "kubectl describe cluster " + e.Cluster
 	}
@@ -377,17 +388,20 @@ func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 			break
 		}
 	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionConfigApplied); s.note == "" && c != nil && c.Reason == v1alpha1.ReasonK3sRestartFailed {
+		s.note = c.Reason + ": " + printable.Text(c.Message)
+	}
 	staged := m.Status.Phase == v1alpha1.MachineUpdatePending || m.Status.Phase == v1alpha1.MachineRebootPending
 	turn := fleet.HoldsTurn(cl, m.Name)
 	switch {
 	case s.note != "":
 	case turn != nil && turn.Reason == v1alpha1.TurnRestartK3s:
-		s.note = "restarting k3s in its leader turn (no reboot)"
+		s.note = "restarting k3s in its turn (no reboot)"
 	case !staged:
 	case turn != nil:
 		s.note = "holds its turn: it cordons and drains its node next"
 	case m.Status.Phase == v1alpha1.MachineRebootPending && onlyRestartK3s(m.Status.Pending):
-		s.note = "waits for a leader turn to restart k3s (no reboot)"
+		s.note = "waits for a turn to restart k3s (no reboot)"
 	case fleet.AwaitingApproval(m) && !rules.Approved(m, m.Status.Change):
 		s.note = "awaiting approval: liken approve-reboot " + m.Spec.Cluster + " " + m.Name
 	case fleet.AwaitingTurn(m) || rules.Approved(m, m.Status.Change):
@@ -547,7 +561,7 @@ func halt(cl *v1alpha1.Cluster) *HaltedError {
 		return &HaltedError{Cluster: cl.Name, Reason: h.Reason, Machine: h.Machine, Message: h.Message}
 	}
 	if p := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionProgressing); p != nil && p.Status == metav1.ConditionFalse &&
-		(p.Reason == v1alpha1.ReasonRolloutStalled || p.Reason == v1alpha1.ReasonTrialFailed) {
+		(p.Reason == v1alpha1.ReasonRolloutStalled || p.Reason == v1alpha1.ReasonTrialFailed || p.Reason == v1alpha1.ReasonK3sRestartFailed) {
 		machine := "a machine"
 		if cl.Status.Halt != nil {
 			machine = cl.Status.Halt.Machine
@@ -587,6 +601,8 @@ func Resume(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, 
 		fmt.Fprintf(out, "The turn %s held is released; %s asks for a new one when it is back.\n", h.Machine, h.Machine)
 	case v1alpha1.ReasonTrialFailed:
 		fmt.Fprintf(out, "Machines may now try %s again, %s included, within the disruption budget; if another trial fails, the rollout halts again.\n", cl.Spec.Version, h.Machine)
+	case v1alpha1.ReasonK3sRestartFailed:
+		fmt.Fprintf(out, "Machines may now restart k3s with the same value again, %s included, within the disruption budget; if another restart fails, the rollout halts again.\n", h.Machine)
 	}
 	fmt.Fprintf(out, "Follow it with: liken rollout status %s\n", name)
 	return nil

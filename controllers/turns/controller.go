@@ -58,6 +58,9 @@ const (
 	EventTrialSucceeded = "TrialSucceeded"
 	// EventTrialFailed: a machine's trial boot failed; the rollout halts.
 	EventTrialFailed = "TrialFailed"
+	// EventK3sRestartFailed: a machine's restart of k3s was rolled back;
+	// no other machine restarts k3s until the value changes.
+	EventK3sRestartFailed = likenv1.ReasonK3sRestartFailed
 	// EventRolloutStalled: a turn outlived the stall timeout; the rollout halts.
 	EventRolloutStalled = "RolloutStalled"
 	// EventRolloutResumed: a halt was lifted.
@@ -483,7 +486,7 @@ func (c *Controller) reportSkipped(ctx context.Context, cluster *likenv1.Cluster
 // holds, at every sync: a copy that has just become the leader reports a
 // halt that an earlier copy wrote.
 func (c *Controller) showHalt(cluster string, halt *likenv1.RolloutHalt) {
-	for _, reason := range []string{likenv1.ReasonRolloutStalled, likenv1.ReasonTrialFailed} {
+	for _, reason := range []string{likenv1.ReasonRolloutStalled, likenv1.ReasonTrialFailed, likenv1.ReasonK3sRestartFailed} {
 		v := 0.0
 		if halt != nil && halt.Reason == reason {
 			v = 1
@@ -574,6 +577,8 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnTakenBack, "TakeBack", e.Message)
 		case ResultReleased:
 			event(e.Turn.Machine, corev1.EventTypeNormal, EventTurnReleased, "Release", e.Message)
+		case ResultK3sRestartFailed:
+			event(e.Turn.Machine, corev1.EventTypeWarning, EventK3sRestartFailed, "EndTurn", e.Message)
 		}
 	}
 	if d.Lifted != nil {

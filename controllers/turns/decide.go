@@ -111,6 +111,11 @@ const (
 	ResultTakenBack Result = "TakenBack"
 	// ResultReleased: a person resumed a stalled rollout.
 	ResultReleased Result = "Released"
+	// ResultK3sRestartFailed: the machine's restart of k3s in its
+	// RestartK3s turn did not bring its Node back Ready in time; it
+	// restarted k3s with the configuration it ran before, and its Node is
+	// Ready again.
+	ResultK3sRestartFailed Result = "K3sRestartFailed"
 )
 
 // Ended is a ledger entry that this decision removes.
@@ -172,7 +177,7 @@ func Decide(in Input) Decision {
 	}
 
 	// End the turns that are over.
-	var failed *Ended
+	var failed, k3sFailed *Ended
 	kept := st.RebootTurns[:0:0]
 	for _, t := range st.RebootTurns {
 		m := findMachine(in.Machines, t.Machine)
@@ -180,6 +185,9 @@ func Decide(in Input) Decision {
 			d.Ended = append(d.Ended, e)
 			if e.Result == ResultTrialFailed && failed == nil {
 				failed = &d.Ended[len(d.Ended)-1]
+			}
+			if e.Result == ResultK3sRestartFailed && k3sFailed == nil {
+				k3sFailed = &d.Ended[len(d.Ended)-1]
 			}
 			continue
 		}
@@ -206,6 +214,13 @@ func Decide(in Input) Decision {
 	if st.Halt != nil && st.Halt.Reason == likenv1.ReasonTrialFailed && st.Halt.Version != c.Spec.Version {
 		lift(fmt.Sprintf("spec.version changed from %s to %s", st.Halt.Version, c.Spec.Version))
 	}
+	if h := st.Halt; h != nil && h.Reason == likenv1.ReasonK3sRestartFailed {
+		if m := findMachine(in.Machines, h.Machine); m == nil {
+			lift(fmt.Sprintf("machine %s is gone", h.Machine))
+		} else if !reportsK3sFailure(m) {
+			lift(fmt.Sprintf("machine %s no longer reports a failed restart of k3s (the value changed)", h.Machine))
+		}
+	}
 	// A failed trial halts the rollout of the release that failed. A
 	// release that is no longer spec.version (the Cluster was retargeted
 	// while the trial ran) cannot spread any more: the failure is reported,
@@ -216,6 +231,20 @@ func Decide(in Input) Decision {
 			Machine: failed.Turn.Machine,
 			Version: failed.Failed,
 			Message: failed.Message,
+			Since:   metav1.NewTime(in.Now),
+		}
+		d.Halted = st.Halt
+	}
+
+	// A restart of k3s that failed halts the RestartK3s turns: the same
+	// value would take the next machines' nodes down too. A failed trial's
+	// halt, which holds the release back, stays in place.
+	if k3sFailed != nil && (st.Halt == nil || st.Halt.Reason != likenv1.ReasonTrialFailed) {
+		st.Halt = &likenv1.RolloutHalt{
+			Reason:  likenv1.ReasonK3sRestartFailed,
+			Machine: k3sFailed.Turn.Machine,
+			Version: c.Spec.Version,
+			Message: k3sFailed.Message,
 			Since:   metav1.NewTime(in.Now),
 		}
 		d.Halted = st.Halt
@@ -267,6 +296,7 @@ func Decide(in Input) Decision {
 		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stallMessage(c.Name, stalled, stallTimeout)}
 	}
 	trialHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonTrialFailed
+	k3sHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonK3sRestartFailed
 	// Outside every maintenance window nothing is granted; the turns held
 	// go on to their end.
 	var win window.State
@@ -318,6 +348,9 @@ func Decide(in Input) Decision {
 			// and it has not staged the new one yet) would reboot into the
 			// wrong release, or be taken back as soon as it restages.
 			if reason == likenv1.TurnRelease && (trialHalt || m.Status.Staged != c.Spec.Version) {
+				continue
+			}
+			if reason == likenv1.TurnRestartK3s && k3sHalt {
 				continue
 			}
 			if reason == likenv1.TurnRelease && rules.IsLeader(m) && workersAhead && c.Spec.Version < m.Status.Version {
@@ -373,6 +406,8 @@ func Decide(in Input) Decision {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, blocked.Reason, blocked.Message
 	case trialHalt:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonTrialFailed, st.Halt.Message
+	case k3sHalt:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, st.Halt.Message
 	case !win.Open && len(d.Waiting) > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonOutsideWindow
 		cond.Message = outsideWindowMessage(win, st.RebootTurns, d.Waiting)
@@ -741,7 +776,20 @@ func endRestartK3s(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, 
 		if holding {
 			return Ended{}, false // its restart failed: k3s may be down
 		}
-		return endBeforeStart(t, m, node)
+		if !reportsK3sFailure(m) {
+			return endBeforeStart(t, m, node)
+		}
+		// Rolled back: the machine restarted k3s with what it ran before
+		// and reported the failure once its Node was Ready on it.
+		if node.State == fleet.NodeNotReady {
+			return Ended{}, false
+		}
+		why := "see its ConfigApplied condition"
+		if f := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied); f != nil && f.Message != "" {
+			why = clip(f.Message, maxMachineMessage)
+		}
+		return Ended{Turn: t, Result: ResultK3sRestartFailed, Message: fmt.Sprintf(
+			"Machine %s's restart of k3s failed: %s. No other machine restarts k3s until the value changes or a person resumes the rollout (liken rollout resume %s)", m.Name, why, m.Spec.Cluster)}, true
 	}
 	if holding {
 		// Not started yet, or back from a power cut before its restart:
@@ -762,6 +810,13 @@ func endRestartK3s(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, 
 	}
 	return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
 		"Machine %s finished its RestartK3s turn: k3s restarted in place and the node is Ready again (%s)", m.Name, m.Status.Phase)}, true
+}
+
+// reportsK3sFailure is true when machine m reports a restart of k3s that
+// did not bring its Node back and was rolled back.
+func reportsK3sFailure(m *likenv1.Machine) bool {
+	c := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == likenv1.ReasonK3sRestartFailed
 }
 
 // oldestStalled is the turn held longest past the stall timeout (by

@@ -15,10 +15,10 @@ import (
 	"liken.sh/liken/internal/rules"
 )
 
-// A leader restarts k3s for a RestartK3s change only in a turn of its own:
-// its datastore member goes down with k3s, and the datastore needs a
-// majority of the leaders. The turn follows a leader's reboot turn's
-// rules, with no drain and no approval.
+// A machine restarts k3s for a RestartK3s change only in a turn of its
+// own: a restart that does not bring its node back takes it out of the
+// fleet, and a leader's datastore member goes down with k3s. The turn
+// follows a reboot turn's rules, with no drain and no approval.
 func TestRestartK3sGrants(t *testing.T) {
 	blockedDrain := map[string]Drain{"l1": {Needs: map[string][]string{"app/web": {"app/web-1"}}}}
 	cases := []struct {
@@ -65,6 +65,21 @@ func TestRestartK3sGrants(t *testing.T) {
 			want:     nil, reason: likenv1.ReasonGranting,
 		},
 		{
+			name:    "workers restart k3s up to maxUnavailable at once",
+			cluster: tu.Cluster("lab", tu.MaxUnavailable("2")),
+			machines: []*likenv1.Machine{tu.Machine("w1", tu.WantsRestartK3s), tu.Machine("w2", tu.WantsRestartK3s),
+				tu.Machine("w3", tu.WantsRestartK3s)},
+			want: []string{"w1", "w2"}, reason: likenv1.ReasonGranting,
+		},
+		{
+			name: "after a failed restart of k3s, no machine restarts k3s, and reboots go on",
+			cluster: tu.Cluster("lab", tu.MaxUnavailable("2"), func(c *likenv1.Cluster) {
+				c.Status.Halt = &likenv1.RolloutHalt{Reason: likenv1.ReasonK3sRestartFailed, Machine: "w1", Message: "Machine w1's restart of k3s failed"}
+			}),
+			machines: []*likenv1.Machine{tu.Machine("w1", tu.K3sRestartFailed), tu.Machine("w2", tu.WantsRestartK3s), tu.Machine("w3", tu.WantsReboot)},
+			want:     []string{"w3"}, reason: likenv1.ReasonK3sRestartFailed,
+		},
+		{
 			name:     "a Manual leader needs no approval to restart k3s",
 			cluster:  tu.Cluster("lab"),
 			machines: []*likenv1.Machine{tu.Machine("l1", tu.Leader, tu.Manual, tu.WantsRestartK3s)},
@@ -108,11 +123,12 @@ func TestRestartK3sGrants(t *testing.T) {
 			assert.Assert(t, is.Len(d.Skipped, 0))
 			for _, g := range d.Granted {
 				m := findMachine(tc.machines, g.Machine)
-				want := likenv1.TurnRestartK3s
-				if !rules.IsLeader(m) {
-					want = likenv1.TurnReboot
+				want := likenv1.TurnReboot
+				if restartsK3s(m) {
+					want = likenv1.TurnRestartK3s
 				}
 				assert.Equal(t, g.Reason, want)
+				assert.Equal(t, g.Leader, rules.IsLeader(m))
 				assert.Equal(t, g.Change, m.Status.Change)
 				assert.Equal(t, g.BootID, m.Status.Observed.BootID)
 				assert.Equal(t, g.Version, "")
@@ -156,6 +172,12 @@ func TestRestartK3sTurnsEnd(t *testing.T) {
 		{name: "a trial failure reported from long ago is not this turn's", machine: tu.Machine("l1", tu.Leader, done, func(m *likenv1.Machine) {
 			meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: likenv1.ConditionTrialFailed, Status: metav1.ConditionTrue, Reason: "NoRejoin"})
 		}), node: back, result: ResultFinished},
+		{name: "rolled back, waiting for its Node on the old configuration, keeps the turn", machine: tu.Machine("l1", tu.Leader, tu.WantsRestartK3s, tu.K3sRestartFailed, tu.Change(turn.Change)),
+			node: Node{State: fleet.NodeNotReady, Heartbeat: granted.Add(-time.Minute), BootID: "boot-1-l1"}},
+		{name: "rolled back and reported, its Node Ready: ends the turn as failed", machine: tu.Machine("l1", tu.Leader, tu.WantsRestartK3s, tu.K3sRestartFailed),
+			node: back, result: ResultK3sRestartFailed},
+		{name: "rolled back and reported, its Node NotReady: keeps the turn", machine: tu.Machine("l1", tu.Leader, tu.WantsRestartK3s, tu.K3sRestartFailed),
+			node: Node{State: fleet.NodeNotReady, Heartbeat: after, BootID: "boot-1-l1"}},
 		{name: "deleted", result: ResultTakenBack},
 	}
 	for _, tc := range cases {
@@ -176,7 +198,14 @@ func TestRestartK3sTurnsEnd(t *testing.T) {
 			assert.Equal(t, len(d.Ended), 1)
 			assert.Equal(t, d.Ended[0].Result, tc.result)
 			assert.Equal(t, d.Status.Turns, "")
-			assert.Assert(t, d.Halted == nil, "a RestartK3s turn halts nothing")
+			if tc.result != ResultK3sRestartFailed {
+				assert.Assert(t, d.Halted == nil, "a RestartK3s turn that did not fail halts nothing")
+				return
+			}
+			assert.Assert(t, d.Halted != nil)
+			assert.Equal(t, d.Halted.Reason, likenv1.ReasonK3sRestartFailed)
+			assert.Equal(t, d.Halted.Machine, "l1")
+			assert.Check(t, is.Contains(d.Ended[0].Message, "did not bring the node back Ready within 10m0s"))
 		})
 	}
 }
@@ -225,4 +254,65 @@ func TestLeadersRestartK3sOneAfterAnother(t *testing.T) {
 		}
 	}
 	assert.DeepEqual(t, order, []string{"l1", "l2", "l3"})
+}
+
+// TestK3sRestartFailureHaltsTheRestarts plays a bad k3sArgs value on three
+// workers with maxUnavailable 1 through successive decisions: the first
+// worker's restart is rolled back, and no other worker restarts k3s (the
+// rollout halts, Progressing says why) until the value changes; a resume
+// lets one more try, and its failure halts again.
+func TestK3sRestartFailureHaltsTheRestarts(t *testing.T) {
+	c := tu.Cluster("lab", tu.MaxUnavailable("1"))
+	machines := []*likenv1.Machine{tu.Machine("w1", tu.WantsRestartK3s), tu.Machine("w2", tu.WantsRestartK3s), tu.Machine("w3", tu.WantsRestartK3s)}
+	nodes := map[string]Node{}
+	for _, m := range machines {
+		nodes[m.Name] = Node{State: fleet.NodeReady, Heartbeat: after, BootID: m.Status.Observed.BootID}
+	}
+	decide := func(now time.Time) Decision {
+		in := input(c, machines, nodes)
+		in.Now = now
+		d := Decide(in)
+		c = c.DeepCopy()
+		c.Status = d.Status
+		return d
+	}
+	d := decide(after)
+	assert.DeepEqual(t, granted(d), []string{"w1"})
+
+	// w1 rolls back and reports the failure once its Node is Ready again.
+	tu.K3sRestartFailed(machines[0])
+	nodes["w1"] = Node{State: fleet.NodeReady, Heartbeat: after.Add(11 * time.Minute), BootID: nodes["w1"].BootID}
+	d = decide(after.Add(11 * time.Minute))
+	assert.Equal(t, len(d.Ended), 1)
+	assert.Equal(t, d.Ended[0].Result, ResultK3sRestartFailed)
+	assert.Assert(t, d.Halted != nil)
+	assert.Assert(t, is.Len(d.Granted, 0), "no other machine restarts k3s")
+	cond := progressing(t, d.Status)
+	assert.Equal(t, cond.Status, metav1.ConditionFalse)
+	assert.Equal(t, cond.Reason, likenv1.ReasonK3sRestartFailed)
+	assert.Check(t, is.Contains(cond.Message, "Machine w1's restart of k3s failed"))
+	assert.Check(t, is.Contains(cond.Message, "liken rollout resume"))
+	d = decide(after.Add(12 * time.Minute))
+	assert.Assert(t, is.Len(d.Granted, 0), "still halted")
+
+	// A person resumes: one more machine tries, and its failure halts again.
+	c.Annotations[likenv1.AnnotationResumeRollout] = "once-more"
+	d = decide(after.Add(13 * time.Minute))
+	assert.Assert(t, d.Lifted != nil)
+	assert.DeepEqual(t, granted(d), []string{"w2"})
+	tu.K3sRestartFailed(machines[1])
+	nodes["w2"] = Node{State: fleet.NodeReady, Heartbeat: after.Add(24 * time.Minute), BootID: nodes["w2"].BootID}
+	d = decide(after.Add(24 * time.Minute))
+	assert.Assert(t, d.Halted != nil)
+	assert.Equal(t, d.Halted.Machine, "w2")
+	assert.Assert(t, is.Len(d.Granted, 0))
+
+	// The value changes: w2 forgets its failure and asks again, and the
+	// halt is lifted.
+	tu.WantsRestartK3s(machines[1])
+	machines[1].Status.Conditions = nil
+	d = decide(after.Add(25 * time.Minute))
+	assert.Assert(t, d.Lifted != nil)
+	assert.Check(t, is.Contains(d.LiftedBecause, "machine w2 no longer reports a failed restart of k3s"))
+	assert.DeepEqual(t, granted(d), []string{"w2"})
 }

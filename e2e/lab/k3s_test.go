@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,18 +13,22 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/changes"
 )
 
-// A Cluster-wide k3sArgs change reaches every machine without a reboot;
-// the leaders restart k3s one at a time, each in a RestartK3s turn that
-// ends only once its Node is Ready again, so the datastore never loses
-// two members at once. The workers restart k3s at once, with no turn.
-// (The lab's liken-node posts the Node's Ready in the second after each
-// simulated restart of k3s, as the restarted kubelet does.)
-func TestLeadersRestartK3sOneAtATime(t *testing.T) {
+// A Cluster-wide k3sArgs change reaches every machine without a reboot,
+// each in a RestartK3s turn that ends only once its Node is Ready again:
+// the leaders one at a time, so the datastore never loses two members at
+// once, the workers under the disruption budget. (The lab's liken-node
+// posts the Node's Ready in the second after each simulated restart of
+// k3s, as the restarted kubelet does.)
+func TestEveryMachineRestartsK3sInATurn(t *testing.T) {
 	l := startLab(t, "e2e-k3s", labOptions{})
 	args := []string{"--kubelet-arg=max-pods=120"}
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"settings": map[string]any{"k3sArgs": args}}})
@@ -76,15 +81,18 @@ func TestLeadersRestartK3sOneAtATime(t *testing.T) {
 			order[i].machine, order[i].at.Format(time.RFC3339Nano), order[i-1].machine, order[i-1].at.Format(time.RFC3339Nano))
 	}
 
-	// Only leaders took turns, each one RestartK3s turn (in the order
-	// they asked).
-	var granted []string
+	// Every machine took one RestartK3s turn.
+	var granted, all []string
 	for _, g := range l.w.grants(from) {
 		assert.Equal(t, g.reason, likenv1.TurnRestartK3s, "turn of %s", g.machine)
 		granted = append(granted, g.machine)
 	}
+	for _, m := range l.machines() {
+		all = append(all, m.Name)
+	}
 	sort.Strings(granted)
-	assert.DeepEqual(t, granted, leaders)
+	sort.Strings(all)
+	assert.DeepEqual(t, granted, all)
 	t.Logf("leaders restarted k3s at %v", order)
 }
 
@@ -108,4 +116,83 @@ func k3sRestarts(t *testing.T, path string) []changes.Record {
 		}
 	}
 	return out
+}
+
+// A k3sArgs value that keeps the kubelet from coming back takes down one
+// machine, not the fleet: the first machine's restart is rolled back after
+// the trial timeout, and no other machine restarts k3s with the value
+// (Progressing=False, K3sRestartFailed, naming the machine) until it is
+// corrected; then every machine restarts k3s with the new value. The
+// watcher holds the budget all along. (The lab's kubelet refuses
+// changes.LabRefusedArg, as a real kubelet refuses a flag it does not
+// know.)
+func TestBadK3sArgsIsRolledBackOnOneMachine(t *testing.T) {
+	l := startLab(t, "e2e-k3s-bad", labOptions{})
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{
+		"settings":   map[string]any{"k3sArgs": []string{changes.LabRefusedArg}},
+		"disruption": map[string]any{"trialTimeout": "15s"},
+	}})
+	assert.NilError(t, err)
+	l.w.settle(t)
+	l.mustKubectl("patch", "cluster", l.name, "--type", "merge", "-p", string(patch))
+
+	var failed string
+	took := l.waitFor("the rollout of the value to halt", 3*time.Minute, func() (bool, string) {
+		c := l.cluster()
+		if c.Status.Halt == nil || c.Status.Halt.Reason != likenv1.ReasonK3sRestartFailed {
+			return false, fmt.Sprintf("halt %v, turns %q", c.Status.Halt, c.Status.Turns)
+		}
+		failed = c.Status.Halt.Machine
+		return true, ""
+	})
+	t.Logf("the rollout halted %s after the change", took.Round(time.Second))
+	c := l.cluster()
+	p := meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing)
+	assert.Assert(t, p != nil)
+	assert.Equal(t, p.Reason, likenv1.ReasonK3sRestartFailed)
+	assert.Check(t, is.Contains(p.Message, "Machine "+failed+"'s restart of k3s failed"))
+	m := l.machine(failed)
+	assert.Equal(t, m.Status.Phase, likenv1.MachineDegraded)
+	applied := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied)
+	assert.Assert(t, applied != nil)
+	assert.Equal(t, applied.Reason, likenv1.ReasonK3sRestartFailed)
+	n, err := l.kube.CoreV1().Nodes().Get(context.Background(), failed, metav1.GetOptions{})
+	assert.NilError(t, err)
+	ready := false
+	for _, c := range n.Status.Conditions {
+		ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	}
+	assert.Assert(t, ready, "the node of %s is Ready again on the arguments it ran before", failed)
+
+	// One machine tried the value, and restarted k3s back; the others never
+	// restarted k3s.
+	for _, m := range l.machines() {
+		rs := k3sRestarts(t, filepath.Join(l.machineDir(m.Name), "disk", "applier.log"))
+		if m.Name != failed {
+			assert.Equal(t, len(rs), 0, "machine %s restarted k3s", m.Name)
+			continue
+		}
+		assert.Equal(t, len(rs), 2, "machine %s restarted k3s %d times", m.Name, len(rs))
+		assert.DeepEqual(t, rs[0].Config.Settings.K3sArgs, []string{changes.LabRefusedArg})
+		assert.Assert(t, is.Len(rs[1].Config.Settings.K3sArgs, 0), "restarted with the arguments it ran before")
+	}
+
+	// The value is corrected: every machine restarts k3s with it.
+	args := []string{"--kubelet-arg=max-pods=120"}
+	patch, err = json.Marshal(map[string]any{"spec": map[string]any{"settings": map[string]any{"k3sArgs": args}}})
+	assert.NilError(t, err)
+	l.mustKubectl("patch", "cluster", l.name, "--type", "merge", "-p", string(patch))
+	l.waitFor("every machine to restart k3s with the corrected value", 3*time.Minute, func() (bool, string) {
+		var waiting []string
+		for _, m := range l.machines() {
+			rs := k3sRestarts(t, filepath.Join(l.machineDir(m.Name), "disk", "applier.log"))
+			if len(rs) == 0 || !slices.Equal(rs[len(rs)-1].Config.Settings.K3sArgs, args) || m.Status.Phase != likenv1.MachineReady {
+				waiting = append(waiting, fmt.Sprintf("%s %s", m.Name, m.Status.Phase))
+			}
+		}
+		if c := l.cluster(); c.Status.Halt != nil || c.Status.Turns != "" {
+			waiting = append(waiting, fmt.Sprintf("halt %v, turns %q", c.Status.Halt, c.Status.Turns))
+		}
+		return len(waiting) == 0, strings.Join(waiting, ", ")
+	})
 }

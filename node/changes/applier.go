@@ -56,6 +56,12 @@ const (
 	OpBoot       = "boot"
 )
 
+// LabRefusedArg is the settings.k3sArgs value the lab's simulated
+// kubelet refuses, as a real kubelet refuses a flag it does not know: its
+// Node turns NotReady after the restart of k3s, and stays so while the
+// argument is in effect (docs/guides/lab.md).
+const LabRefusedArg = "--liken-lab-kubelet-refuses"
+
 // Recorder is the lab's Applier and Observer: it changes nothing on the
 // host, appends every call to a JSON-lines log, and reports the applied
 // Config as what it observes.

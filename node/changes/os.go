@@ -309,21 +309,26 @@ func (o *OS) trust(s likenv1.SharedSettings) error {
 // containerd hosts.toml per settings.registryMirrors entry, with the CA
 // bundle they may name (trust, the one writer of both). They live on the
 // slot store's partition, so the agent starts with the last configuration
-// applied at every boot, before liken-node runs.
-func (o *OS) agentFiles(cfg Config) error {
+// written at every boot, before liken-node runs. argsChanged says whether
+// the kubelet's arguments differed from the file's.
+func (o *OS) agentFiles(cfg Config) (argsChanged bool, err error) {
 	var args bytes.Buffer
 	for _, a := range cfg.Settings.K3sArgs {
 		if strings.ContainsAny(a, "\n\x00") {
-			return fmt.Errorf("settings.k3sArgs: %q holds a line break", a)
+			return false, fmt.Errorf("settings.k3sArgs: %q holds a line break", a)
 		}
 		args.WriteString(a + "\n")
+	}
+	old, err := os.ReadFile(o.path(AgentArgsFile))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
 	}
 	// Arguments may carry secrets (a token): readable by root only, as the
 	// mirrors.
 	if err := o.write(AgentArgsFile, args.Bytes(), 0o600); err != nil {
-		return err
+		return false, err
 	}
-	return o.trust(cfg.Settings)
+	return !bytes.Equal(old, args.Bytes()), o.trust(cfg.Settings)
 }
 
 // registries writes a containerd hosts.toml per settings.registryMirrors
@@ -446,7 +451,7 @@ func (o *OS) RestartUnits() []string {
 // agent: containerd and the kubelet, whose pods keep running, and on a
 // leader its control plane, in one systemctl call.
 func (o *OS) RestartK3s(ctx context.Context, cfg Config, _ []Change) error {
-	if err := o.agentFiles(cfg); err != nil {
+	if _, err := o.agentFiles(cfg); err != nil {
 		return err
 	}
 	units := o.RestartUnits()
@@ -471,7 +476,9 @@ func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
 
 // Boot loads the kernel modules, writes the network configuration, mounts
 // the data disks (making a filesystem only on a disk that has none),
-// writes the banner, the Live settings and k3s's files, installs the pods'
+// writes the banner, the Live settings and k3s's files (restarting the
+// node agent when the kubelet's arguments were not those in effect: the
+// power failed during a restart of k3s on trial), installs the pods'
 // masquerade (podMasquerade), installs the kubernetes Service's route to
 // the endpoint for while kube-proxy does not route it (serviceRoute) once
 // the network is configured, and last gives the kubelet the cluster DNS
@@ -535,8 +542,17 @@ func (o *OS) Boot(ctx context.Context, cfg Config) error {
 	if _, err := o.dns(ctx, cfg.Settings.DNSServers); err != nil {
 		return err
 	}
-	if err := o.agentFiles(cfg); err != nil {
+	restart, err := o.agentFiles(cfg)
+	if err != nil {
 		return err
+	}
+	if restart {
+		// The kubelet started with arguments other than those in effect:
+		// the power failed while a restart of k3s with new ones was on
+		// trial. It starts again with those in effect; its pods stay up.
+		if err := o.run(ctx, "systemctl", append([]string{"restart"}, AgentUnits...)...); err != nil {
+			return fmt.Errorf("restarting the node agent with the arguments in effect (%s): %w", strings.Join(AgentUnits, ", "), err)
+		}
 	}
 	if err := o.podMasquerade(ctx, cfg.Network); err != nil {
 		return err

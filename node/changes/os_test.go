@@ -781,3 +781,30 @@ func TestBootReplacesTheLayersPorts(t *testing.T) {
 	assert.DeepEqual(t, left, []string{filepath.Join(root, LayerNetworkDir, "50-liken-eth0.network")})
 	assert.Assert(t, is.Contains(log.cmds, "networkctl reload"))
 }
+
+// A power cut while a restart of k3s with new arguments is on trial: the
+// kubelet starts with the file it finds, and Boot puts back the arguments
+// in effect and restarts the node agent; a boot whose file holds them
+// already restarts nothing.
+func TestBootRestartsTheAgentWithTheArgumentsInEffect(t *testing.T) {
+	root := t.TempDir()
+	var log cmdLog
+	o := &OS{Root: root, Run: log.run, stat: blockDeviceStat}
+	cfg := base()
+	cfg.Disks, cfg.KernelModules, cfg.Settings.Sysctls, cfg.Ports = nil, nil, nil, nil
+	ctx := context.Background()
+	trial := cfg
+	trial.Settings.K3sArgs = []string{"--kubelet-refuses-this"}
+	assert.NilError(t, o.RestartK3s(ctx, trial, nil))
+
+	log.cmds = nil
+	assert.NilError(t, o.Boot(ctx, cfg))
+	b, err := os.ReadFile(filepath.Join(root, AgentArgsFile))
+	assert.NilError(t, err)
+	assert.Equal(t, string(b), "--max-pods=200\n")
+	assert.Check(t, is.Contains(log.cmds, "systemctl restart containerd.service kubelet.service"))
+
+	log.cmds = nil
+	assert.NilError(t, o.Boot(ctx, cfg))
+	assert.Check(t, !slices.Contains(log.cmds, "systemctl restart containerd.service kubelet.service"), "%v", log.cmds)
+}

@@ -12,7 +12,6 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/changes"
-	"liken.sh/liken/node/daemon"
 )
 
 // bootFails is the machine's applier with a Boot that fails while fail is
@@ -47,7 +46,7 @@ func TestBootApplyFailureKeepsTheMachineDegraded(t *testing.T) {
 	o.Applier = a
 	e.m.Start(t, o)
 	m := e.waitPhase(likenv1.MachineDegraded)
-	c := cond(m, daemon.ConditionConfigApplied)
+	c := cond(m, likenv1.ConditionConfigApplied)
 	assert.Equal(t, c.Status, metav1.ConditionFalse)
 	assert.Assert(t, is.Contains(c.Message, "no such device"))
 
@@ -63,10 +62,10 @@ func TestBootApplyFailureKeepsTheMachineDegraded(t *testing.T) {
 	e.waitFor("a retry of the boot configuration", func(*likenv1.Machine) bool { return a.boots.Load() > tries })
 	m = e.machine()
 	assert.Equal(t, m.Status.Phase, likenv1.MachineDegraded, conds(m))
-	assert.Equal(t, cond(m, daemon.ConditionConfigApplied).Status, metav1.ConditionFalse)
+	assert.Equal(t, cond(m, likenv1.ConditionConfigApplied).Status, metav1.ConditionFalse)
 
 	// Once the device is there, a retry applies it and the machine is Ready.
 	a.fail.Store(false)
 	m = e.waitPhase(likenv1.MachineReady)
-	assert.Equal(t, cond(m, daemon.ConditionConfigApplied).Status, metav1.ConditionTrue, conds(m))
+	assert.Equal(t, cond(m, likenv1.ConditionConfigApplied).Status, metav1.ConditionTrue, conds(m))
 }

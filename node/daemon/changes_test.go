@@ -94,8 +94,8 @@ func (e *env) recorded(op, field string) changes.Record {
 
 // TestClassOfEveryFieldReachesTheMachine changes each declared field of a
 // Ready machine and checks what the machine does: Live applies within
-// seconds and asks for no turn, RestartK3s restarts k3s in place and asks
-// for no turn, NextBoot waits for the next boot and asks for no turn,
+// seconds and asks for no turn, RestartK3s asks for a turn and restarts
+// k3s in place in it (TestRestartK3sOnlyInTheTurn), NextBoot waits for the next boot and asks for no turn,
 // Reboot is staged in status.pending and takes exactly one turn.
 func TestClassOfEveryFieldReachesTheMachine(t *testing.T) {
 	assert.Equal(t, len(classCases), len(changes.Fields), "every field of the class table has a case")
@@ -111,6 +111,12 @@ func TestClassOfEveryFieldReachesTheMachine(t *testing.T) {
 				op := changes.OpLive
 				if tc.class == likenv1.ClassRestartK3s {
 					op = changes.OpRestartK3s
+					m := e.waitFor("asking for a turn", func(m *likenv1.Machine) bool { return m.Status.Change != "" })
+					assert.Equal(t, e.restarts(), 0, "k3s restarts only in the turn")
+					assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn)
+					e.grantK3s()
+					e.recorded(op, tc.field)
+					e.kubeletBack()
 				}
 				e.recorded(op, tc.field)
 				took := time.Since(start)
@@ -124,7 +130,7 @@ func TestClassOfEveryFieldReachesTheMachine(t *testing.T) {
 			case likenv1.ClassNextBoot:
 				e.recorded(changes.OpStageBoot, tc.field)
 				m := e.waitFor("waiting for the next boot", func(m *likenv1.Machine) bool {
-					return cond(m, daemon.ConditionConfigApplied).Reason == "WaitingForNextBoot"
+					return cond(m, likenv1.ConditionConfigApplied).Reason == "WaitingForNextBoot"
 				})
 				assert.Equal(t, m.Status.Phase, likenv1.MachineReady)
 				assert.Equal(t, m.Status.Change, "", "a NextBoot change asks for no turn")
@@ -132,7 +138,7 @@ func TestClassOfEveryFieldReachesTheMachine(t *testing.T) {
 				assert.NilError(t, r.Stop())
 				r = e.start()
 				e.waitFor("applied at boot", func(m *likenv1.Machine) bool {
-					return m.Status.Observed.BootID == r.Boot.BootID && cond(m, daemon.ConditionConfigApplied).Reason == "Applied"
+					return m.Status.Observed.BootID == r.Boot.BootID && cond(m, likenv1.ConditionConfigApplied).Reason == "Applied"
 				})
 				boots := e.m.Recorder.Count(changes.OpBoot)
 				assert.Equal(t, boots, 2)

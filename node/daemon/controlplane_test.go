@@ -164,7 +164,7 @@ func TestLeaderK3sTurnWaitsForItsControlPlane(t *testing.T) {
 	e.m.Start(t, o)
 	e.waitPhase(likenv1.MachineReady)
 	e.change(tc)
-	e.waitFor("the leader asks for a leader turn", func(m *likenv1.Machine) bool {
+	e.waitFor("the leader asks for a turn", func(m *likenv1.Machine) bool {
 		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
 	})
 	notReady := errors.New("this leader's API server is not ready: https://127.0.0.1:6443/readyz answered 500 Internal Server Error: etcd failed: reason withheld")
@@ -238,12 +238,12 @@ func TestLeaderK3sRestartWaitsForTheDatastore(t *testing.T) {
 	e.waitPhase(likenv1.MachineReady)
 	cp.setUnsafe(errPeerDown)
 	e.change(tc)
-	e.waitFor("the leader asks for a leader turn", func(m *likenv1.Machine) bool {
+	e.waitFor("the leader asks for a turn", func(m *likenv1.Machine) bool {
 		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
 	})
 	change := e.grantK3s()
 	m := e.waitFor("the restart waiting for the datastore", func(m *likenv1.Machine) bool {
-		return strings.Contains(cond(m, likenv1.ConditionReady).Message, "the restart of k3s in the leader turn waits, because "+errPeerDown.Error())
+		return strings.Contains(cond(m, likenv1.ConditionReady).Message, "the restart of k3s in its turn waits, because "+errPeerDown.Error())
 	})
 	assert.Equal(t, m.Status.Change, change)
 	e.waitEvent(daemon.ReasonWaitingForDatastore, "the restart of k3s for change "+change+" waits: "+errPeerDown.Error())

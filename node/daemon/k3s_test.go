@@ -13,6 +13,7 @@ import (
 	"gotest.tools/v3/poll"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/changes"
@@ -63,13 +64,13 @@ func newLeader(t *testing.T, o daemon.Options) (*env, func() daemon.Options) {
 }
 
 // grantK3s plays cluster-operator: it records a RestartK3s turn for the
-// change the leader reports, and returns the change.
+// change the machine reports, and returns the change.
 func (e *env) grantK3s() string {
 	e.t.Helper()
 	m := e.machine()
 	assert.Assert(e.t, m.Status.Change != "", "the machine asks for no turn")
 	c := e.cluster()
-	c.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Reason: likenv1.TurnRestartK3s, Change: m.Status.Change, Leader: true,
+	c.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Reason: likenv1.TurnRestartK3s, Change: m.Status.Change, Leader: m.Spec.Role == likenv1.RoleLeader,
 		BootID: m.Status.Observed.BootID, GrantedAt: metav1.Now()}}
 	_, err := e.lk.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
 	assert.NilError(e.t, err)
@@ -78,14 +79,18 @@ func (e *env) grantK3s() string {
 
 // kubeletBack posts the Node's Ready as the kubelet that k3s started
 // again does: this boot's ID, a heartbeat a second after now.
-func (e *env) kubeletBack() {
+func (e *env) kubeletBack() { e.kubeletBackAt(time.Now()) }
+
+// kubeletBackAt posts the Node's Ready with a heartbeat a second after
+// now (the daemon's clock).
+func (e *env) kubeletBackAt(now time.Time) {
 	e.t.Helper()
 	e.mu.Lock()
 	id := e.bootID
 	e.mu.Unlock()
 	n := e.node()
 	n.Status.NodeInfo.BootID = id
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(time.Now().Add(time.Second))}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(now.Add(time.Second))}}
 	_, err := e.kube.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
 	assert.NilError(e.t, err)
 }
@@ -94,69 +99,73 @@ func (e *env) restarts() int { return e.m.Recorder.Count(changes.OpRestartK3s) }
 
 var newArgs = []string{"--max-pods=200"}
 
-// waitingForTurn waits until the leader lists the k3sArgs change and asks
-// for a leader turn, and checks that k3s was not restarted.
+// waitingForTurn waits until the machine lists the k3sArgs change and
+// asks for a turn to restart k3s, and checks that k3s was not restarted.
 func (e *env) waitingForTurn() *likenv1.Machine {
 	e.t.Helper()
-	m := e.waitFor("the leader asks for a leader turn", func(m *likenv1.Machine) bool {
+	m := e.waitFor("the machine asks for a turn to restart k3s", func(m *likenv1.Machine) bool {
 		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != "" &&
 			cond(m, likenv1.ConditionRebootPending).Reason == likenv1.ReasonAwaitingTurn
 	})
 	assert.DeepEqual(e.t, m.Status.Pending, []likenv1.PendingChange{{Field: changes.FieldK3sArgs, Class: likenv1.ClassRestartK3s, Since: m.Status.Pending[0].Since}})
-	assert.Assert(e.t, is.Contains(cond(m, likenv1.ConditionRebootPending).Message, "leader turn"))
-	assert.Equal(e.t, e.restarts(), 0, "a leader restarts k3s only in its turn")
+	assert.Assert(e.t, is.Contains(cond(m, likenv1.ConditionRebootPending).Message, "waits for a turn from cluster-operator to restart k3s in place"))
+	assert.Equal(e.t, e.restarts(), 0, "a machine restarts k3s only in its turn")
 	return m
 }
 
-// TestLeaderRestartsK3sOnlyInItsTurn: a leader does not restart k3s for a
-// RestartK3s change until cluster-operator grants it a turn (no approval
-// needed, even when Manual); it then restarts k3s once, without cordon,
-// drain or reboot, and holds the turn until its Node is Ready with a
-// heartbeat later than the restart: the Ready from before does not end it.
-func TestLeaderRestartsK3sOnlyInItsTurn(t *testing.T) {
+// TestRestartK3sOnlyInTheTurn: a leader or a worker does not restart k3s
+// for a RestartK3s change until cluster-operator grants it a turn (no
+// approval needed, even when Manual); it then restarts k3s once, without
+// cordon, drain or reboot, and holds the turn until its Node is Ready with
+// a heartbeat later than the restart: the Ready from before does not end
+// it. Then the change is in effect.
+func TestRestartK3sOnlyInTheTurn(t *testing.T) {
 	for _, tc := range classCases {
 		if tc.class != likenv1.ClassRestartK3s {
 			continue
 		}
-		t.Run(tc.field, func(t *testing.T) {
-			e, opts := newLeader(t, daemon.Options{})
-			e.addPod("web", false)
-			r := e.m.Start(t, opts())
-			e.waitPhase(likenv1.MachineReady)
-			e.change(tc)
-			m := e.waitFor("the leader asks for a leader turn", func(m *likenv1.Machine) bool {
-				return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
-			})
-			assert.Equal(t, m.Status.Pending[0].Field, tc.field)
-			assert.Equal(t, m.Status.Pending[0].Class, likenv1.ClassRestartK3s)
-			assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn, "no approval for a k3s restart")
-			assert.Equal(t, e.restarts(), 0)
+		for _, role := range []likenv1.MachineRole{likenv1.RoleWorker, likenv1.RoleLeader} {
+			t.Run(string(role)+"/"+tc.field, func(t *testing.T) {
+				e, opts := newLeader(t, daemon.Options{})
+				e.editMachine(func(m *likenv1.Machine) { m.Spec.Role = role })
+				e.addPod("web", false)
+				r := e.m.Start(t, opts())
+				e.waitPhase(likenv1.MachineReady)
+				e.change(tc)
+				m := e.waitFor("the machine asks for a turn", func(m *likenv1.Machine) bool {
+					return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
+				})
+				assert.Equal(t, m.Status.Pending[0].Field, tc.field)
+				assert.Equal(t, m.Status.Pending[0].Class, likenv1.ClassRestartK3s)
+				assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn, "no approval for a k3s restart")
+				assert.Equal(t, e.restarts(), 0)
 
-			change := e.grantK3s()
-			rec := e.recorded(changes.OpRestartK3s, tc.field)
-			assert.DeepEqual(t, rec.Fields, []string{tc.field})
-			// The Node's Ready from before the restart does not end the turn.
-			m = e.waitFor("holding the turn until the node is Ready again", func(m *likenv1.Machine) bool {
-				return m.Status.Phase == likenv1.MachineRebooting &&
-					strings.Contains(cond(m, likenv1.ConditionReady).Message, "is from before the restart of k3s")
-			})
-			assert.Equal(t, m.Status.Change, change, "the change is reported while the turn is held")
-			e.waitEvent(daemon.ReasonK3sRestarted, change)
+				change := e.grantK3s()
+				rec := e.recorded(changes.OpRestartK3s, tc.field)
+				assert.DeepEqual(t, rec.Fields, []string{tc.field})
+				// The Node's Ready from before the restart does not end the turn.
+				m = e.waitFor("holding the turn until the node is Ready again", func(m *likenv1.Machine) bool {
+					return m.Status.Phase == likenv1.MachineRebooting &&
+						strings.Contains(cond(m, likenv1.ConditionReady).Message, "is from before the restart of k3s")
+				})
+				assert.Equal(t, m.Status.Change, change, "the change is reported while the turn is held")
+				e.waitEvent(daemon.ReasonK3sRestarted, change)
 
-			e.kubeletBack()
-			m = e.waitFor("Ready once the node is back", func(m *likenv1.Machine) bool {
-				return m.Status.Phase == likenv1.MachineReady
+				e.kubeletBack()
+				m = e.waitFor("Ready once the node is back", func(m *likenv1.Machine) bool {
+					return m.Status.Phase == likenv1.MachineReady
+				})
+				assert.Equal(t, m.Status.Change, "")
+				assert.Assert(t, is.Len(m.Status.Pending, 0))
+				e.waitEvent(daemon.ReasonK3sBack, change)
+				assert.Equal(t, e.restarts(), 1)
+				assert.Equal(t, e.m.Boots(), 1, "no reboot")
+				assert.Assert(t, is.Len(e.evictions(), 0), "no drain")
+				assert.Assert(t, !e.node().Spec.Unschedulable, "no cordon")
+				exited, _ := r.Exited()
+				assert.Assert(t, !exited)
 			})
-			assert.Equal(t, m.Status.Change, "")
-			assert.Assert(t, is.Len(m.Status.Pending, 0))
-			e.waitEvent(daemon.ReasonK3sBack, change)
-			assert.Equal(t, e.restarts(), 1)
-			assert.Equal(t, e.m.Boots(), 1, "no reboot")
-			assert.Assert(t, is.Len(e.evictions(), 0), "no drain")
-			assert.Assert(t, !e.node().Spec.Unschedulable, "no cordon")
-			exited, _ := r.Exited()
-			assert.Assert(t, !exited)
-		})
+		}
 	}
 }
 
@@ -191,7 +200,9 @@ func TestLeaderK3sChangeWaitsBehindAReboot(t *testing.T) {
 // TestK3sTurnSurvivesRestartsAndPowerCuts cuts the leader's turn at each
 // write: the daemon restarts (same boot) or the power fails (new boot)
 // between the grant, the restart of k3s and the report. The change is
-// never lost, k3s restarts with it, and the turn ends.
+// never lost, k3s restarts with it, and the turn ends. A new boot starts
+// k3s with the configuration in effect before the turn: the new one was
+// on trial.
 func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 	cases := []struct {
 		name string
@@ -200,15 +211,15 @@ func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 		during bool
 		// powerCut makes the next start a new boot.
 		powerCut bool
-		// bootApplies: the new boot starts k3s with the new arguments.
-		bootApplies bool
+		// restarts is how many restarts of k3s with the change are
+		// recorded in the end.
+		restarts int
 	}{
-		{name: "daemon stopped during the restart restarts k3s again", during: true},
-		{name: "daemon stopped after the restart waits for the node, no second restart"},
-		{name: "power cut during the restart: the boot runs the old arguments and the turn is taken again", during: true, powerCut: true},
-		{name: "power cut after the restart: the boot applies the new arguments", powerCut: true, bootApplies: true},
+		{name: "daemon stopped during the restart restarts k3s again", during: true, restarts: 1},
+		{name: "daemon stopped after the restart waits for the node, no second restart", restarts: 1},
+		{name: "power cut during the restart: the boot runs the old arguments and the turn is taken again", during: true, powerCut: true, restarts: 1},
+		{name: "power cut after the restart: the boot runs the old arguments and the turn is taken again", powerCut: true, restarts: 2},
 	}
-	const restarts = 1 // in every case: k3s restarts once with the change
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &k3sApplier{}
@@ -240,22 +251,21 @@ func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 					}
 				}
 				assert.Equal(t, len(boots), 2)
-				assert.Equal(t, len(boots[1].Config.Settings.K3sArgs) > 0, tc.bootApplies, "the boot starts k3s with Applied")
+				assert.Assert(t, is.Len(boots[1].Config.Settings.K3sArgs, 0), "the boot starts k3s with the arguments in effect before the turn")
 			} else {
 				r = e.m.StartIn(t, opts(), r.Boot)
 			}
-			if !tc.bootApplies {
-				m := e.waitFor("the turn held again and k3s restarted", func(m *likenv1.Machine) bool {
-					return m.Status.Phase == likenv1.MachineRebooting && e.restarts() == restarts
-				})
-				assert.Equal(t, m.Status.Change, change)
-				e.kubeletBack()
-			}
-			m := e.waitFor("Ready with the change applied", func(m *likenv1.Machine) bool {
+			m := e.waitFor("the turn held again and k3s restarted", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineRebooting && e.restarts() == tc.restarts
+			})
+			assert.Equal(t, m.Status.Change, change)
+			e.kubeletBack()
+			m = e.waitFor("Ready with the change applied", func(m *likenv1.Machine) bool {
 				return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
 			})
 			assert.Equal(t, m.Status.Change, "")
-			assert.Equal(t, e.restarts(), restarts)
+			assert.Assert(t, is.Len(m.Status.Pending, 0))
+			assert.Equal(t, e.restarts(), tc.restarts)
 		})
 	}
 }
@@ -329,8 +339,8 @@ func TestAliveSaysWhenAReconcileIsStuck(t *testing.T) {
 
 // TestFirstBootRestartsTheAgentForItsSettings: on a machine's first boot
 // the node agent started before liken-node, with none of the Cluster's
-// RestartK3s settings; a worker restarts it for them at once, a leader
-// asks for its turn first.
+// RestartK3s settings; the machine, worker or leader, asks for its turn
+// and restarts it for them in the turn.
 func TestFirstBootRestartsTheAgentForItsSettings(t *testing.T) {
 	for _, role := range []likenv1.MachineRole{likenv1.RoleWorker, likenv1.RoleLeader} {
 		t.Run(string(role), func(t *testing.T) {
@@ -338,18 +348,101 @@ func TestFirstBootRestartsTheAgentForItsSettings(t *testing.T) {
 			e.editMachine(func(m *likenv1.Machine) { m.Spec.Role = role })
 			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
 			e.m.Start(t, e.options())
-			if role == likenv1.RoleLeader {
-				e.waitingForTurn()
-				e.grantK3s()
-			}
+			e.waitingForTurn()
+			e.grantK3s()
 			rec := e.recorded(changes.OpRestartK3s, changes.FieldK3sArgs)
 			assert.DeepEqual(t, rec.Fields, []string{changes.FieldK3sArgs})
-			if role == likenv1.RoleLeader {
-				e.kubeletBack()
-			}
+			e.kubeletBack()
 			m := e.waitPhase(likenv1.MachineReady)
 			assert.Assert(t, is.Len(m.Status.Pending, 0))
 			assert.Equal(t, e.restarts(), 1)
+		})
+	}
+}
+
+// TestK3sRestartRolledBack: a restart of k3s whose Node is not Ready again
+// within the Cluster's trial timeout (the default, 10 minutes, on the
+// daemon's clock) is rolled back: k3s restarts with the configuration it
+// ran before, the machine holds its turn until the Node is Ready on it,
+// then reads Degraded (ConfigApplied=False, K3sRestartFailed) and asks for
+// no turn for that value again until it changes or a person resumes the
+// rollout.
+func TestK3sRestartRolledBack(t *testing.T) {
+	cases := []struct {
+		name string
+		fix  func(c *likenv1.Cluster)
+		// same: the machine asks again for the same change.
+		same bool
+	}{
+		{name: "a new value asks again", fix: func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = []string{"--max-pods=150"} }},
+		{name: "a resume tries the same value again", fix: func(c *likenv1.Cluster) { c.Annotations[likenv1.AnnotationResumeRollout] = "try-again" }, same: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, likenv1.RebootAuto)
+			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Disruption.TrialTimeout = nil }) // the default
+			o := e.options()
+			clk := clocktesting.NewFakeClock(time.Now())
+			o.Clock = clk
+			e.m.Start(t, o)
+			e.waitPhase(likenv1.MachineReady)
+			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
+			e.waitingForTurn()
+			change := e.grantK3s()
+			e.recorded(changes.OpRestartK3s, changes.FieldK3sArgs)
+			e.setNodeReady(false) // the kubelet refuses the new arguments
+			e.waitFor("holding the turn while the node is not Ready", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineRebooting &&
+					strings.Contains(cond(m, likenv1.ConditionReady).Message, "k3s restarts with the configuration it ran before at")
+			})
+			// The clock moves on in steps; k3s restarts again only once the
+			// timeout is over.
+			restartedAt := clk.Now()
+			clk.Step(likenv1.DefaultTrialTimeout - 5*time.Second)
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				if e.restarts() == 2 {
+					return poll.Success()
+				}
+				clk.Step(250 * time.Millisecond)
+				return poll.Continue("k3s restarted %d times", e.restarts())
+			}, poll.WithTimeout(20*time.Second), poll.WithDelay(10*time.Millisecond))
+			m := e.waitFor("rolled back, holding the turn until the node is Ready", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineDegraded
+			})
+			failedAt := cond(m, likenv1.ConditionConfigApplied).LastTransitionTime.Time
+			assert.Assert(t, !failedAt.Before(restartedAt.Add(likenv1.DefaultTrialTimeout).Truncate(time.Second)),
+				"rolled back at %s, before the timeout was over (restarted at %s)", failedAt, restartedAt)
+			assert.Equal(t, m.Status.Change, change, "the turn is held until the node is back")
+			var restarts []changes.Record
+			for _, r := range e.m.Recorder.Records() {
+				if r.Op == changes.OpRestartK3s {
+					restarts = append(restarts, r)
+				}
+			}
+			assert.DeepEqual(t, restarts[0].Config.Settings.K3sArgs, newArgs)
+			assert.Assert(t, is.Len(restarts[1].Config.Settings.K3sArgs, 0), "k3s restarts with the arguments it ran before")
+			applied := cond(m, likenv1.ConditionConfigApplied)
+			assert.Equal(t, applied.Status, metav1.ConditionFalse)
+			assert.Equal(t, applied.Reason, likenv1.ReasonK3sRestartFailed)
+			assert.Check(t, is.Contains(applied.Message, "the restart of k3s for "+changes.FieldK3sArgs+" (change "+change+") did not bring the node back Ready within 10m0s"))
+			e.waitEvent(likenv1.ReasonK3sRestartFailed, change)
+
+			e.kubeletBackAt(clk.Now())
+			m = e.waitFor("the turn over, Degraded, asking for nothing", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineDegraded && m.Status.Change == ""
+			})
+			e.waitEvent(daemon.ReasonK3sBack, "configuration k3s ran before")
+			e.revoke() // cluster-operator ends the turn
+			assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, "NotAsking")
+			assert.Equal(t, m.Status.Pending[0].Field, changes.FieldK3sArgs, "the value is still not in effect")
+			assert.Equal(t, e.restarts(), 2)
+
+			e.editCluster(tc.fix)
+			m = e.waitFor("asking for a turn again", func(m *likenv1.Machine) bool {
+				return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
+			})
+			assert.Equal(t, m.Status.Change == change, tc.same)
+			assert.Equal(t, cond(m, likenv1.ConditionConfigApplied).Reason, daemon.ReasonWaitingForTurn)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/watchdog"
 )
@@ -329,7 +330,7 @@ func (r *rebootRecorder) Reboot(context.Context) error {
 }
 
 // TestWatchdogStopsAtTheTrialDeadline: a trial boot whose reconcile hangs
-// (here a restart of the node agent that never returns) keeps the trial
+// (here a Live change whose apply never returns) keeps the trial
 // timer from rebooting, since it waits for the same lock; the watchdog is
 // then no longer fed once the deadline passes, so it resets the machine
 // into the proven slot.
@@ -345,12 +346,10 @@ func TestWatchdogStopsAtTheTrialDeadline(t *testing.T) {
 	e.grant()
 	waitExit(t, r)
 
-	// The trial boot restarts the node agent at once for a new setting,
-	// and the restart hangs.
-	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
-	a := &k3sApplier{Recorder: e.m.Recorder}
+	// The trial boot applies a Live change at once, and the apply hangs.
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.NTPServers = []string{"ntp.example.com"} })
 	hung := make(chan struct{})
-	a.set(nil, hung)
+	a := &liveHangs{Recorder: e.m.Recorder, hung: hung}
 	wd := &watchdog.Fake{}
 	o := e.options()
 	o.Applier = a
@@ -370,4 +369,17 @@ func TestWatchdogStopsAtTheTrialDeadline(t *testing.T) {
 	}, poll.WithTimeout(5*time.Second), poll.WithDelay(20*time.Millisecond))
 	exited, _ := r.Exited()
 	assert.Assert(t, !exited, "the trial timer rebooted although the reconcile holds the lock")
+}
+
+// liveHangs is the machine's Recorder whose ApplyLive hangs until its
+// context ends, closing hung when it starts.
+type liveHangs struct {
+	*changes.Recorder
+	hung chan struct{}
+}
+
+func (a *liveHangs) ApplyLive(ctx context.Context, _ changes.Config, _ []changes.Change) error {
+	close(a.hung)
+	<-ctx.Done()
+	return ctx.Err()
 }

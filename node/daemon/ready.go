@@ -23,6 +23,9 @@ func readySince(n *corev1.Node, bootID string, notBefore time.Time, event string
 			continue
 		}
 		if c.Status != corev1.ConditionTrue {
+			if c.Reason == "" && c.Message == "" {
+				return false, fmt.Sprintf("the node %s is not Ready", n.Name)
+			}
 			return false, fmt.Sprintf("the node %s is not Ready (%s: %s)", n.Name, c.Reason, c.Message)
 		}
 		if c.LastHeartbeatTime.Time.Before(notBefore) {

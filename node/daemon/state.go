@@ -57,9 +57,12 @@ type diskState struct {
 	// TrialFailure is the last trial that failed, while it still matters.
 	TrialFailure *trialFailure `json:"trialFailure,omitempty"`
 	// K3sRestartDue: a RestartK3s turn ended before its restart was
-	// recorded, so what k3s runs is unknown and the leader asks for a turn
-	// again (docs/design/protocol.md#a-leader-restarts-k3s-in-its-turn); older daemons ignore it.
+	// recorded, so what k3s runs is unknown and the machine asks for a turn
+	// again (docs/design/protocol.md#a-machine-restarts-k3s-in-its-turn); older daemons ignore it.
 	K3sRestartDue bool `json:"k3sRestartDue,omitempty"`
+	// K3sFailure is the last restart of k3s that was rolled back, while
+	// the declared value is the one that failed.
+	K3sFailure *k3sFailure `json:"k3sFailure,omitempty"`
 }
 
 // Since is when a pending change was first seen, for one value.
@@ -84,17 +87,41 @@ type turnRecord struct {
 	StartedAt time.Time `json:"startedAt"`
 	// Rebooted is set right before the reboot.
 	Rebooted bool `json:"rebooted,omitempty"`
-	// K3s is set for a leader's RestartK3s turn: the configuration k3s
-	// restarts with. Such a turn has no cordon, drain or reboot; a boot
-	// that finds it from an earlier boot drops it like any turn (the
-	// boot started k3s with Applied, and the change asks again if it is
-	// not in Applied).
+	// K3s is set for a RestartK3s turn: the configuration k3s restarts
+	// with, on trial until the Node is Ready again (Applied keeps the
+	// configuration k3s ran before until then). Such a turn has no
+	// cordon, drain or reboot; a boot that finds it from an earlier boot
+	// drops it like any turn (the boot starts k3s with Applied, and the
+	// change asks again).
 	K3s *changes.Config `json:"k3s,omitempty"`
 	// RestartedAt is, for a RestartK3s turn, when the restart of k3s
-	// began, written with Applied once the restart succeeded. The turn
-	// ends once the Node of this boot is Ready with a heartbeat in a
-	// later second.
+	// began, written once the restart succeeded (once the restart back
+	// to Applied succeeded, when RolledBack). The turn ends once the Node
+	// of this boot is Ready with a heartbeat in a later second.
 	RestartedAt time.Time `json:"restartedAt,omitempty"`
+	// RolledBack is set, for a RestartK3s turn whose restart did not
+	// bring the Node back Ready within the trial timeout, once k3s was
+	// restarted again with Applied (K3sFailure says why).
+	RolledBack bool `json:"rolledBack,omitempty"`
+}
+
+// k3sFailure is a restart of k3s that did not bring the Node back Ready
+// in time, reported until the declared value changes or a person resumes
+// the rollout.
+type k3sFailure struct {
+	// Change is the turn's change; Fields the paths it restarted k3s for.
+	Change string   `json:"change"`
+	Fields []string `json:"fields"`
+	// K3s is the configuration that failed.
+	K3s changes.Config `json:"k3s"`
+	// Reason is what the Node showed when the time was up.
+	Reason string `json:"reason"`
+	// Timeout is the trial timeout the restart had.
+	Timeout Duration  `json:"timeout"`
+	At      time.Time `json:"at"`
+	// Resume is the Cluster's liken.sh/resume-rollout value at the
+	// failure; a new value lets the machine try the same value again.
+	Resume string `json:"resume,omitempty"`
 }
 
 // trialRecord is a trial boot armed by the turn.

@@ -31,7 +31,7 @@ func (d *Daemon) phase(v *view) likenv1.MachinePhase {
 	case d.degraded(v) != "":
 		return likenv1.MachineDegraded
 	case d.k3sHeld() != nil:
-		// A leader's RestartK3s turn: k3s restarts in place.
+		// A RestartK3s turn: k3s restarts in place.
 		return likenv1.MachineRebooting
 	case v.downloading:
 		return likenv1.MachineDownloading
@@ -114,12 +114,12 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	// RebootPending.
 	switch {
 	case d.k3sHeld() != nil:
-		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "TurnTaken", fmt.Sprintf("the machine holds its leader turn for change %s: k3s restarts in place (no cordon, no drain, no reboot)", st.Change))
+		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "TurnTaken", fmt.Sprintf("the machine holds its turn for change %s: k3s restarts in place (no cordon, no drain, no reboot)", st.Change))
 	case st.Phase == likenv1.MachineRebootPending && v.k3sTurn:
 		// No approval: rebootPolicy governs reboots, and a k3s restart
 		// keeps the pods running.
 		set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
-			fmt.Sprintf("change %s (%s) waits for a leader turn from cluster-operator to restart k3s in place: leaders restart k3s one at a time, so the datastore keeps its majority; no cordon, no drain, no reboot", st.Change, pendingFields(st.Pending)))
+			fmt.Sprintf("change %s (%s) waits for a turn from cluster-operator to restart k3s in place under the disruption budget (leaders one at a time, so the datastore keeps its majority); no cordon, no drain, no reboot", st.Change, pendingFields(st.Pending)))
 	case st.Phase == likenv1.MachineUpdatePending || st.Phase == likenv1.MachineRebootPending:
 		if rules.Cleared(m, st.Change) {
 			set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
@@ -177,17 +177,19 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	}
 	// ConfigApplied.
 	if d.configErr != nil {
-		set(ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, d.configErr.Error()+"; correct the value in the Machine or Cluster, liken retries")
+		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, d.configErr.Error()+"; correct the value in the Machine or Cluster, liken retries")
+	} else if f := d.st.K3sFailure; f != nil {
+		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, f.message(v.c.Name))
 	} else if len(v.k3s) > 0 {
-		msg := fmt.Sprintf("applied, except %s, which wait for this leader's turn to restart k3s (see the RebootPending condition)", strings.Join(changes.Paths(v.k3s), ", "))
+		msg := fmt.Sprintf("applied, except %s, which wait for this machine's turn to restart k3s (see the RebootPending condition)", strings.Join(changes.Paths(v.k3s), ", "))
 		if !v.k3sTurn {
-			msg = fmt.Sprintf("applied, except %s, which wait for a leader turn to restart k3s after the reboot that waits", strings.Join(changes.Paths(v.k3s), ", "))
+			msg = fmt.Sprintf("applied, except %s, which wait for a turn to restart k3s after the reboot that waits", strings.Join(changes.Paths(v.k3s), ", "))
 		}
-		set(ConditionConfigApplied, metav1.ConditionTrue, "WaitingForLeaderTurn", msg)
+		set(likenv1.ConditionConfigApplied, metav1.ConditionTrue, ReasonWaitingForTurn, msg)
 	} else if len(v.nextBoot) > 0 {
-		set(ConditionConfigApplied, metav1.ConditionTrue, "WaitingForNextBoot", fmt.Sprintf("applied; %s take effect at the next boot, whatever causes it", strings.Join(changes.Paths(v.nextBoot), ", ")))
+		set(likenv1.ConditionConfigApplied, metav1.ConditionTrue, "WaitingForNextBoot", fmt.Sprintf("applied; %s take effect at the next boot, whatever causes it", strings.Join(changes.Paths(v.nextBoot), ", ")))
 	} else {
-		set(ConditionConfigApplied, metav1.ConditionTrue, "Applied", "every declared value is in effect or staged for its reboot")
+		set(likenv1.ConditionConfigApplied, metav1.ConditionTrue, "Applied", "every declared value is in effect or staged for its reboot")
 	}
 	return st
 }
@@ -218,7 +220,7 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		return fmt.Sprintf("release %s is not staged yet; see the ReleaseVerified condition", v.target.Version)
 	case likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
 		if v.k3sTurn {
-			return "a change waits for a leader turn to restart k3s; see the RebootPending condition"
+			return "a change waits for a turn to restart k3s; see the RebootPending condition"
 		}
 		return "a change waits for a reboot; see the RebootPending condition"
 	case likenv1.MachineUpdating:
@@ -233,11 +235,12 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		if t := d.k3sHeld(); t != nil {
 			switch {
 			case t.RestartedAt.IsZero() && d.downWaitingFor != "":
-				return "the restart of k3s in the leader turn waits, because " + d.downWaitingFor
+				return "the restart of k3s in its turn waits, because " + d.downWaitingFor
 			case t.RestartedAt.IsZero():
-				return "restarting k3s in place in the leader turn (no cordon, no drain, no reboot)"
+				return "restarting k3s in place in its turn (no cordon, no drain, no reboot)"
 			}
-			return "restarted k3s in place in the leader turn; the turn ends once the node is Ready again: " + d.k3sWaitingFor
+			return fmt.Sprintf("restarted k3s in place in its turn; the turn ends once the node is Ready again (k3s restarts with the configuration it ran before at %s): %s",
+				t.RestartedAt.Add(v.c.Spec.Disruption.TrialTimeoutOrDefault()).UTC().Format("15:04:05"), d.k3sWaitingFor)
 		}
 		if d.downWaitingFor != "" {
 			return "drained; the reboot waits, because " + d.downWaitingFor

@@ -43,6 +43,9 @@ const (
 	// ReasonWaitingForDatastore: a leader holds its turn but does not go
 	// down yet, because the datastore would lose its majority.
 	ReasonWaitingForDatastore = "WaitingForDatastore"
+	// ReasonWaitingForTurn on ConfigApplied: RestartK3s changes wait for
+	// the machine's turn to restart k3s.
+	ReasonWaitingForTurn = "WaitingForTurn"
 )
 
 // Reasons of a leader's ControlPlaneReady condition.
@@ -50,11 +53,6 @@ const (
 	ReasonControlPlaneReady    = "Healthy"
 	ReasonControlPlaneNotReady = "NotHealthy"
 )
-
-// ConditionConfigApplied on a Machine: every Live and RestartK3s change is
-// applied (on a leader, a RestartK3s change may wait for its leader turn);
-// the message lists what waits for the next boot or the turn.
-const ConditionConfigApplied = "ConfigApplied"
 
 // view is what one reconcile works out before it acts and reports.
 type view struct {
@@ -236,9 +234,12 @@ func (d *Daemon) syncConfig(ctx context.Context, v *view) {
 		d.bootErr = nil
 		log.Info("Applied the configuration at boot after a retry")
 	}
+	d.clearK3sFailure(ctx, v)
 	applied := *d.st.Applied
 	diff := changes.Diff(applied, v.desired)
-	if live := changes.Only(diff, likenv1.ClassLive); len(live) > 0 {
+	// Live changes wait while k3s restarts in its turn: they would write
+	// the registry mirrors' files from the configuration k3s ran before.
+	if live := changes.Only(diff, likenv1.ClassLive); len(live) > 0 && d.k3sHeld() == nil {
 		cfg := changes.Merge(applied, v.desired, likenv1.ClassLive)
 		if err := d.o.Applier.ApplyLive(ctx, cfg, live); err != nil {
 			d.configFailed(ctx, v, "live change of "+strings.Join(changes.Paths(live), ", "), err)
@@ -252,23 +253,9 @@ func (d *Daemon) syncConfig(ctx context.Context, v *view) {
 		log.Info("Applied live changes", "fields", changes.Paths(live))
 		d.event(v.m, v.c, "Normal", ReasonConfigApplied, "ApplyLive", "Applied %s live", strings.Join(changes.Paths(live), ", "))
 	}
-	// A leader restarts k3s only in a leader turn (syncK3sTurn): its
-	// datastore member goes down with it, and the datastore needs a
-	// majority of the leaders. A machine that runs a control plane is a
-	// leader here whatever its Machine's role says.
-	if k3s := changes.Only(diff, likenv1.ClassRestartK3s); len(k3s) > 0 && applied.Role != likenv1.RoleLeader && d.o.ControlPlane == nil {
-		cfg := changes.Merge(applied, v.desired, likenv1.ClassLive, likenv1.ClassRestartK3s)
-		if err := d.o.Applier.RestartK3s(ctx, cfg, k3s); err != nil {
-			d.configFailed(ctx, v, "k3s restart for "+strings.Join(changes.Paths(k3s), ", "), err)
-			return
-		}
-		if err := d.update(func(st *diskState) { st.Applied = &cfg }); err != nil {
-			d.configFailed(ctx, v, "k3s restart", err)
-			return
-		}
-		log.Info("Restarted k3s for changes", "fields", changes.Paths(k3s))
-		d.event(v.m, v.c, "Normal", ReasonK3sRestarted, "RestartK3s", "Restarted k3s in place for %s; pods kept running", strings.Join(changes.Paths(k3s), ", "))
-	}
+	// RestartK3s changes wait for a turn on every machine (syncK3sTurn):
+	// a restart that does not bring the node back takes it out of the
+	// fleet, and a leader's takes its datastore member down.
 	nb := *d.st.Applied
 	if d.st.NextBoot != nil {
 		nb = *d.st.NextBoot
@@ -297,13 +284,10 @@ func (d *Daemon) pendingConfig(v *view) {
 	diff := changes.Diff(*d.st.Applied, v.desired)
 	v.rebootCfg = changes.Only(diff, likenv1.ClassReboot)
 	v.nextBoot = changes.Only(diff, likenv1.ClassNextBoot)
-	v.k3s = nil
-	if d.st.Applied.Role == likenv1.RoleLeader {
-		v.k3s = changes.Only(diff, likenv1.ClassRestartK3s)
-		if len(v.k3s) == 0 && d.st.K3sRestartDue {
-			// What k3s runs is not known: restart it with what is declared.
-			v.k3s = []changes.Change{{Field: changes.FieldK3sArgs, Class: likenv1.ClassRestartK3s, Value: "restart-due"}}
-		}
+	v.k3s = changes.Only(diff, likenv1.ClassRestartK3s)
+	if len(v.k3s) == 0 && d.st.K3sRestartDue {
+		// What k3s runs is not known: restart it with what is declared.
+		v.k3s = []changes.Change{{Field: changes.FieldK3sArgs, Class: likenv1.ClassRestartK3s, Value: "restart-due"}}
 	}
 }
 
@@ -352,9 +336,9 @@ func (d *Daemon) plan(v *view) {
 		add(changes.FieldRebootRequest, likenv1.ClassReboot, r)
 		ids = append(ids, "request="+r)
 	}
-	// A leader's RestartK3s changes are listed; they ask for a turn of
-	// their own only when nothing waits for a reboot (the reboot turn goes
-	// first, and they ask after it).
+	// RestartK3s changes are listed; they ask for a turn of their own
+	// only when nothing waits for a reboot (the reboot turn goes first,
+	// and they ask after it).
 	rebootAsk := len(ids) > 0
 	for _, c := range v.k3s {
 		add(c.Field, c.Class, c.Value)
@@ -404,6 +388,12 @@ func (d *Daemon) degraded(v *view) string {
 		return "the trial of release " + v.failedTrial.Version + " failed: " + v.failedTrial.Reason
 	case d.configErr != nil:
 		return d.configErr.Error()
+	case d.st.K3sFailure != nil:
+		msg := d.st.K3sFailure.message(v.c.Name)
+		if t := d.k3sHeld(); t != nil && t.RolledBack && d.k3sWaitingFor != "" {
+			msg += "; waiting for the node to be Ready again: " + d.k3sWaitingFor
+		}
+		return msg
 	}
 	return ""
 }

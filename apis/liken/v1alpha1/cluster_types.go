@@ -189,9 +189,11 @@ type DisruptionSpec struct {
 	// +optional
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
 	// TrialTimeout is how long a trial boot has to start the OS and rejoin
-	// the cluster before the machine returns to its proven slot. A duration
-	// such as 10m; default 10m. Disruption class: Live (from the next
-	// trial).
+	// the cluster before the machine returns to its proven slot, and how
+	// long a restart of k3s for a RestartK3s change has to bring the node
+	// back Ready before k3s restarts with the configuration it ran before.
+	// A duration such as 10m; default 10m. Disruption class: Live (from the
+	// next trial or restart).
 	// +optional
 	TrialTimeout *metav1.Duration `json:"trialTimeout,omitempty"`
 	// StallTimeout is how long a turn may last before cluster-operator
@@ -378,12 +380,14 @@ type ReleasesStatus struct {
 
 // RolloutHalt records why granting stopped.
 type RolloutHalt struct {
-	// Reason is RolloutStalled or TrialFailed.
+	// Reason is RolloutStalled, TrialFailed or K3sRestartFailed.
 	Reason string `json:"reason"`
-	// Machine is the machine that stalled or failed its trial.
+	// Machine is the machine that stalled, failed its trial or failed
+	// its restart of k3s.
 	Machine string `json:"machine"`
 	// Version is the release that failed its trial (TrialFailed), or the
-	// cluster's spec.version when the rollout stalled (RolloutStalled).
+	// cluster's spec.version when the rollout stalled (RolloutStalled) or
+	// a restart of k3s failed (K3sRestartFailed).
 	// +optional
 	Version string `json:"version,omitempty"`
 	// Message says what happened and what to do.

@@ -23,7 +23,7 @@ const (
 	// release channel now. The value means nothing.
 	AnnotationCheckReleases = "liken.sh/check-releases"
 	// AnnotationResumeRollout: a new value on a Cluster lifts a halt
-	// (RolloutStalled or TrialFailed); liken rollout resume sets it.
+	// (RolloutStalled, TrialFailed or K3sRestartFailed); liken rollout resume sets it.
 	AnnotationResumeRollout = "liken.sh/resume-rollout"
 	// AnnotationApprovedChange on a Machine holds the status.change value a
 	// person approved with liken approve-reboot.
@@ -85,6 +85,10 @@ const (
 	// votes and is healthy, and its API server is ready. cluster-operator
 	// counts a leader whose condition is False as down.
 	ConditionControlPlaneReady = "ControlPlaneReady"
+	// ConditionConfigApplied on a Machine: every Live and RestartK3s
+	// change is in effect; the message lists what waits for a turn or the
+	// next boot.
+	ConditionConfigApplied = "ConfigApplied"
 )
 
 // Condition reasons.
@@ -108,6 +112,12 @@ const (
 	// ReasonInvalidWindow: a maintenance window cannot be read (such as a
 	// time zone cluster-operator does not know); nothing is granted.
 	ReasonInvalidWindow = "InvalidWindow"
+	// ReasonK3sRestartFailed: on a Machine's ConfigApplied, a restart of
+	// k3s in its turn did not bring the node back Ready within the trial
+	// timeout, and the machine restarted k3s again with the configuration
+	// it ran before; on a Cluster's Progressing, the halt that follows: no
+	// machine restarts k3s until the value changes or a person resumes.
+	ReasonK3sRestartFailed = "K3sRestartFailed"
 )
 
 // Defaults of optional fields.

@@ -150,8 +150,8 @@ func WantsReboot(m *likenv1.Machine) {
 }
 
 // WantsRestartK3s lists a change of class RestartK3s that waits for a
-// leader turn, as a leader's node daemon does: phase RebootPending,
-// change "change-<name>".
+// turn, as a node daemon does: phase RebootPending, change
+// "change-<name>".
 func WantsRestartK3s(m *likenv1.Machine) {
 	m.Status.Phase = likenv1.MachineRebootPending
 	m.Status.Change = "change-" + m.Name
@@ -189,6 +189,18 @@ func TrialFailed(m *likenv1.Machine) {
 	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
 		Type: likenv1.ConditionTrialFailed, Status: metav1.ConditionTrue,
 		Reason: "NoRejoin", Message: "the node did not rejoin within the trial timeout",
+	})
+}
+
+// K3sRestartFailed makes the machine report a restart of k3s that was
+// rolled back, as its node daemon does once its Node is Ready again on
+// the configuration it ran before: Degraded, no change asked for.
+func K3sRestartFailed(m *likenv1.Machine) {
+	m.Status.Phase = likenv1.MachineDegraded
+	m.Status.Change = ""
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
+		Type: likenv1.ConditionConfigApplied, Status: metav1.ConditionFalse, Reason: likenv1.ReasonK3sRestartFailed,
+		Message: "the restart of k3s for cluster.spec.settings.k3sArgs did not bring the node back Ready within 10m0s",
 	})
 }
 

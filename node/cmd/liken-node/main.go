@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -310,7 +311,9 @@ type labKubelet struct {
 }
 
 // RestartK3s records the restart, then posts the Node's Ready as the
-// restarted kubelet.
+// restarted kubelet; with changes.LabRefusedArg among the arguments, it
+// posts the Node NotReady, as the node controller does for a kubelet that
+// exits at once.
 func (l *labKubelet) RestartK3s(ctx context.Context, cfg changes.Config, changed []changes.Change) error {
 	began := time.Now()
 	if err := l.Recorder.RestartK3s(ctx, cfg, changed); err != nil {
@@ -322,7 +325,11 @@ func (l *labKubelet) RestartK3s(ctx context.Context, cfg changes.Config, changed
 	case <-time.After(began.Truncate(time.Second).Add(time.Second).Sub(time.Now())):
 	}
 	now := metav1.Now().UTC().Format(time.RFC3339)
-	patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q},"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":%q}]}}`, l.bootID, now)
+	status, reason, message := "True", "KubeletReady", "kubelet is posting ready status"
+	if slices.Contains(cfg.Settings.K3sArgs, changes.LabRefusedArg) {
+		status, reason, message = "False", "KubeletNotReady", "the lab's kubelet refused the argument "+changes.LabRefusedArg
+	}
+	patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q},"conditions":[{"type":"Ready","status":%q,"reason":%q,"message":%q,"lastHeartbeatTime":%q}]}}`, l.bootID, status, reason, message, now)
 	if _, err := l.kube.CoreV1().Nodes().Patch(ctx, l.node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("posting the Node's Ready after the simulated restart of k3s: %w", err)
 	}
