@@ -619,13 +619,17 @@ func (n Node) forBudget() rules.Node {
 // endBeforeStart says whether the turn t of machine m, still in the boot
 // it was granted in, ends, and how.
 func endBeforeStart(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool) {
+	if node.CordonedByLiken {
+		// It cordoned for the turn, so it started: its status may be
+		// stale, or it gave the turn back and has not lifted its cordon
+		// yet. The turn keeps its place until the machine acknowledges by
+		// lifting it.
+		return Ended{}, false
+	}
 	switch m.Status.Phase {
 	case likenv1.MachineUpdating, likenv1.MachineRebooting, likenv1.MachineLost:
 		return Ended{}, false // started (or cannot tell): the turn stays
 	case likenv1.MachineDegraded:
-		if node.CordonedByLiken {
-			return Ended{}, false // it cordoned for the turn: it started
-		}
 		why := "see its conditions"
 		if r := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionReady); r != nil && r.Message != "" {
 			why = clip(r.Message, maxMachineMessage)

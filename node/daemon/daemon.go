@@ -87,6 +87,10 @@ type Daemon struct {
 
 	turn         *turnHandle
 	drainBlocked *drain.Blocked
+	// staleLedger is the cache's Cluster (compared by identity: the
+	// informer replaces an object it updates) whose ledger granted a turn
+	// the API server no longer grants: no turn starts from it.
+	staleLedger *likenv1.Cluster
 
 	configErr     error
 	configRetryAt time.Time

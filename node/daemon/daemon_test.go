@@ -813,3 +813,79 @@ func TestTrialFailureAfterAResumeDuringTheTrial(t *testing.T) {
 	exited, _ := r.Exited()
 	assert.Assert(t, !exited)
 }
+
+// TestTurnStopsWhenTheAPIServerNoLongerGrantsIt: the cache still lists
+// the machine's turn, but the API server's ledger no longer does (a
+// take-back the informer has not delivered yet). The machine reads the
+// ledger from the API server before it cordons, and neither cordons nor
+// drains nor reboots; it starts no turn again from the stale copy (a few
+// reads, not a loop), and once the cache delivers the take-back it waits
+// for a turn again.
+func TestTurnStopsWhenTheAPIServerNoLongerGrantsIt(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
+	var mu sync.Mutex
+	stale, reads := false, 0
+	e.lk.PrependReactor("get", "clusters", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stale {
+			return false, nil, nil
+		}
+		reads++
+		obj, err := e.lk.Tracker().Get(a.GetResource(), "", a.(k8stesting.GetAction).GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		c := obj.(*likenv1.Cluster).DeepCopy()
+		c.Status.RebootTurns = nil // taken back
+		return true, c, nil
+	})
+	cordons := 0
+	e.kube.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), `"unschedulable":true`) {
+			mu.Lock()
+			cordons++
+			mu.Unlock()
+		}
+		return false, nil, nil
+	})
+	r := e.start()
+	e.waitPhase(likenv1.MachineUpdatePending)
+	mu.Lock()
+	stale = true
+	mu.Unlock()
+	change := e.grant()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if reads > 0 {
+			return poll.Success()
+		}
+		return poll.Continue("the machine has not read the ledger from the API server")
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(5*time.Millisecond))
+	e.waitEvent(daemon.ReasonTurnStarted, change)
+
+	// The take-back reaches the cache.
+	mu.Lock()
+	stale = false
+	mu.Unlock()
+	e.revoke()
+	m := e.waitFor("waiting for a turn again", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineUpdatePending && cond(m, likenv1.ConditionRebootPending).Reason == likenv1.ReasonAwaitingTurn &&
+			len(e.cluster().Status.RebootTurns) == 0
+	})
+	assert.Equal(t, m.Status.Change, change)
+	assert.Assert(t, !e.node().Spec.Unschedulable, "cordoned without a turn")
+	assert.Assert(t, is.Len(e.evictions(), 0), "drained without a turn")
+	assert.Equal(t, e.m.Boots(), 1, "rebooted without a turn")
+	exited, _ := r.Exited()
+	assert.Assert(t, !exited)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Assert(t, reads <= 3, "the machine read the ledger %d times from the stale copy", reads)
+	assert.Equal(t, cordons, 0, "cordoned without a turn")
+	for _, ev := range e.events() {
+		assert.Check(t, !strings.Contains(ev, daemon.ReasonTurnResumed), "the turn was resumed from the stale copy: %s", ev)
+	}
+}

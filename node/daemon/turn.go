@@ -25,6 +25,8 @@ type turnHandle struct {
 	// aborted is set under d.mu when the turn is taken back; the goroutine
 	// checks it under d.mu before it arms the trial and before it reboots.
 	aborted bool
+	// from is the cache's Cluster (never changed) that granted the turn.
+	from *likenv1.Cluster
 }
 
 // ledgerEntry is the machine's entry in the Cluster's turn ledger.
@@ -65,6 +67,12 @@ func (d *Daemon) syncTurn(ctx context.Context, v *view) {
 	}
 	if t := d.st.Turn; t != nil && t.K3s != nil {
 		return // a RestartK3s turn: syncK3sTurn's
+	}
+	if d.staleLedger != nil {
+		if v.c == d.staleLedger {
+			return // the API server no longer grants what this copy does
+		}
+		d.staleLedger = nil
 	}
 	if t := d.st.Turn; t != nil && t.BootID == d.o.Boot.BootID {
 		// A turn this boot started before the daemon restarted.
@@ -111,7 +119,7 @@ func (d *Daemon) dropTurnRecord(ctx context.Context) {
 // startTurn records the turn on disk and runs it. Call with d.mu held.
 func (d *Daemon) startTurn(ctx context.Context, v *view, fresh bool) {
 	log := klog.FromContext(ctx).WithValues("change", v.change)
-	h := &turnHandle{change: v.change, request: v.request}
+	h := &turnHandle{change: v.change, request: v.request, from: v.c}
 	if v.staged {
 		t := *v.target
 		h.release, h.slot = &t, d.slots.Other()
@@ -204,10 +212,46 @@ func (d *Daemon) awaitDatastore(ctx context.Context, h *turnHandle, m *likenv1.M
 	}
 }
 
+// ledgerGrants reads the Cluster from the API server, not the cache,
+// retrying until it answers, and says whether its ledger still grants h's
+// change to this machine, before the irreversible step named by before;
+// false also when ctx ended. When the API server no longer grants the
+// turn, no turn starts again from the cached Cluster that granted it
+// (staleLedger) until the cache delivers a newer one, which ends the turn.
+func (d *Daemon) ledgerGrants(ctx context.Context, h *turnHandle, c *likenv1.Cluster, before string) (*likenv1.Cluster, bool) {
+	log := klog.FromContext(ctx)
+	for {
+		cl, err := d.o.Liken.LikenV1alpha1().Clusters().Get(ctx, c.Name, metav1.GetOptions{})
+		if err == nil {
+			if e := ledgerEntry(cl, d.o.Machine); e == nil || e.Change != h.change {
+				log.Info("The turn is no longer in the Cluster's ledger; stopping until the cache has caught up", "before", before)
+				d.mu.Lock()
+				d.staleLedger = h.from
+				d.mu.Unlock()
+				return nil, false
+			}
+			return cl, true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		log.Error(err, "Reading the Cluster's ledger failed; retrying", "before", before)
+		if !d.wait(ctx, d.t.APIRetry) {
+			return nil, false
+		}
+	}
+}
+
 // runTurn cordons, drains, re-checks the staged slot, arms the trial and
-// reboots. It stops as soon as ctx ends (the turn was given back).
+// reboots. It stops as soon as ctx ends (the turn was given back). The
+// ledger is the only truth: it is read from the API server before the
+// cordon and again right before the trial is armed and the machine
+// reboots, since a take-back may not have reached the cache.
 func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine, c *likenv1.Cluster) {
 	log := klog.FromContext(ctx)
+	if _, ok := d.ledgerGrants(ctx, h, c, "the cordon"); !ok {
+		return
+	}
 	for {
 		if _, err := drain.Cordon(ctx, d.o.Kube, d.o.Machine, h.change); err == nil {
 			break
@@ -247,27 +291,6 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 	d.mu.Unlock()
 	d.enqueue()
 
-	// The ledger is the only truth: read it fresh before the reboot.
-	for {
-		cl, err := d.o.Liken.LikenV1alpha1().Clusters().Get(ctx, c.Name, metav1.GetOptions{})
-		if err == nil {
-			e := ledgerEntry(cl, d.o.Machine)
-			if e == nil || e.Change != h.change {
-				log.Info("The turn left the ledger before the reboot; not rebooting")
-				return
-			}
-			c = cl
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		log.Error(err, "Reading the Cluster before the reboot failed; retrying")
-		if !d.wait(ctx, d.t.APIRetry) {
-			return
-		}
-	}
-
 	trial := false
 	if h.release != nil {
 		if _, err := d.slots.Recheck(ctx, h.slot); err != nil {
@@ -291,6 +314,11 @@ func (d *Daemon) runTurn(ctx context.Context, h *turnHandle, m *likenv1.Machine,
 	if !d.awaitDatastore(ctx, h, m, c, "the reboot") {
 		return
 	}
+	cl, ok := d.ledgerGrants(ctx, h, c, "the reboot")
+	if !ok {
+		return
+	}
+	c = cl
 
 	d.mu.Lock()
 	if h.aborted || ctx.Err() != nil {
