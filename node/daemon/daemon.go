@@ -95,6 +95,9 @@ type Daemon struct {
 	configErr     error
 	configRetryAt time.Time
 	configBackoff time.Duration
+	// slotErr says the slot store disagrees with the boot loader and
+	// could not be repaired at start (reconcileSlots).
+	slotErr error
 	// bootErr is the failure of this boot's Applier.Boot (a disk that did
 	// not mount, a port that did not come up). Only a later Boot that
 	// succeeds clears it; until then the machine is Degraded.

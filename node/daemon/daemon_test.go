@@ -889,3 +889,33 @@ func TestTurnStopsWhenTheAPIServerNoLongerGrantsIt(t *testing.T) {
 		assert.Check(t, !strings.Contains(ev, daemon.ReasonTurnResumed), "the turn was resumed from the stale copy: %s", ev)
 	}
 }
+
+// TestStartRepairsASlotStoreTheBootLoaderContradicts: the slot store says
+// slot B is Active and A Empty (its state file was unreadable during a
+// trial of B), while the boot loader proves A, which booted. liken-node
+// makes the store agree at start and says so in a Warning event; the
+// machine is Ready, with B Failed and A Active, so it can download again.
+func TestStartRepairsASlotStoreTheBootLoaderContradicts(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	r := e.start()
+	e.waitPhase(likenv1.MachineReady)
+	assert.NilError(t, r.Stop())
+	p := filepath.Join(e.m.Root, "state", "slots.json")
+	b, err := os.ReadFile(p)
+	assert.NilError(t, err)
+	var st map[string]any
+	assert.NilError(t, json.Unmarshal(b, &st))
+	ss := st["slots"].([]any)
+	ss[0].(map[string]any)["state"] = string(likenv1.SlotEmpty)
+	ss[1].(map[string]any)["state"] = string(likenv1.SlotActive)
+	b, err = json.Marshal(st)
+	assert.NilError(t, err)
+	assert.NilError(t, os.WriteFile(p, b, 0o644))
+
+	r = e.m.StartIn(t, e.options(), r.Boot)
+	m := e.waitFor("Ready with the store repaired", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineReady && len(m.Status.Slots) == 2 && m.Status.Slots[1].State == likenv1.SlotFailed
+	})
+	assert.Equal(t, m.Status.Slots[0].State, likenv1.SlotActive)
+	e.waitEvent(daemon.ReasonSlotStoreRepaired, "slot B was Active, but the boot loader proves slot A")
+}

@@ -36,6 +36,9 @@ const (
 	ReasonDrainBlocked      = likenv1.ConditionDrainBlocked
 	ReasonDrained           = "Drained"
 	ReasonSlotRecheckFailed = "SlotRecheckFailed"
+	// ReasonSlotStoreRepaired: the slot store disagreed with the boot
+	// loader at start, and was made to agree.
+	ReasonSlotStoreRepaired = "SlotStoreRepaired"
 	ReasonTrialArmed        = "TrialArmed"
 	ReasonRebooting         = "Rebooting"
 	ReasonTrialSucceeded    = "TrialSucceeded"
@@ -386,6 +389,8 @@ func (d *Daemon) degraded(v *view) string {
 		return fmt.Sprintf("the Cluster's version %s is not in its releases.catalog, so the machine cannot verify it: add its catalog entry (version and digest) or set spec.version back", v.c.Spec.Version)
 	case v.failedTrial != nil:
 		return "the trial of release " + v.failedTrial.Version + " failed: " + v.failedTrial.Reason
+	case d.slotErr != nil:
+		return d.slotErr.Error() + "; liken-node tries again at its next start"
 	case d.configErr != nil:
 		return d.configErr.Error()
 	case d.st.K3sFailure != nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -50,6 +51,9 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 			log.Error(err, "Finishing the commit of the slot the boot loader already proves", "trialSlot", p.CommitSlot)
 		}
 	}
+	if f.LoaderErr == nil && d.mode != modeConfused {
+		d.reconcileSlots(ctx, string(f.Loader.Proven))
+	}
 	if p.FailSlot != "" {
 		if err := d.slots.MarkFailed(p.FailSlot, p.FailMessage); err != nil {
 			log.Error(err, "Marking the slot whose trial failed", "trialSlot", p.FailSlot)
@@ -83,6 +87,30 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	}
 	log.Info("Boot examined", "mode", d.modeName())
 	return nil
+}
+
+// reconcileSlots makes the slot store agree with the boot loader, which
+// proves slot proven: a store that disagrees (an unreadable state file
+// replaced during a trial) would refuse to record a failed trial and to
+// download again. What it repaired is reported in a Warning event; a
+// repair that could not be written keeps the machine Degraded. Call with
+// d.mu held.
+func (d *Daemon) reconcileSlots(ctx context.Context, proven string) {
+	log := klog.FromContext(ctx)
+	changed, err := d.slots.Reconcile(proven)
+	what := strings.Join(changed, "; ")
+	if err != nil {
+		d.slotErr = fmt.Errorf("the slot store disagrees with the boot loader (%s) and could not be repaired: %w", what, err)
+		log.Error(err, "Repairing the slot store failed", "changes", changed)
+		return
+	}
+	d.slotErr = nil
+	if len(changed) == 0 {
+		return
+	}
+	log.Info("The slot store disagreed with the boot loader; repaired it", "proven", proven, "changes", changed)
+	d.pendingEvents = append(d.pendingEvents, pendingEvent{"Warning", ReasonSlotStoreRepaired, "Repair",
+		fmt.Sprintf("The slot store disagreed with the boot loader, which proves slot %s (its state file was unreadable once): %s", proven, what)})
 }
 
 // settleTurn forgets the turn whose reboot happened, and remembers the

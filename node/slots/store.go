@@ -598,3 +598,57 @@ func (s *Store) Commit(name string) error {
 	}
 	return s.write(st)
 }
+
+// Reconcile makes the store agree with the boot loader, which decides what
+// boots: slot proven is Active, and no other slot is (the booted slot of a
+// trial is Staged, anything else the store calls Active is Failed, so that
+// it can be written again). It returns what it changed, for the person
+// reading the machine's events; nothing when they agreed. A store that
+// disagrees came from an unreadable state file, replaced by the safe
+// state while a trial ran (docs/design/boot.md).
+func (s *Store) Reconcile(proven string) ([]string, error) {
+	if err := validSlot(proven); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.clone()
+	var changed []string
+	p := st.Slots[slotIndex(proven)]
+	if p.State != v1alpha1.SlotActive {
+		t := p.Target()
+		if t.Version == "" {
+			if b, err := os.ReadFile(filepath.Join(s.Dir(proven), release.DocumentName)); err == nil {
+				if doc, err := release.ParseDocument(b); err == nil {
+					t = release.Target{Version: doc.Version, Digest: release.Digest(b)}
+				}
+			}
+		}
+		s.set(&st, proven, v1alpha1.SlotActive, t, "")
+		changed = append(changed, fmt.Sprintf("slot %s was %s, but the boot loader proves it: now Active", proven, orNone(p.State)))
+	}
+	other := Other(proven)
+	if o := st.Slots[slotIndex(other)]; o.State == v1alpha1.SlotActive {
+		if other == s.booted {
+			s.set(&st, other, v1alpha1.SlotStaged, o.Target(), "")
+			changed = append(changed, fmt.Sprintf("slot %s was Active, but it boots on trial: now Staged", other))
+		} else {
+			s.set(&st, other, v1alpha1.SlotFailed, o.Target(), "the boot loader does not prove this slot")
+			changed = append(changed, fmt.Sprintf("slot %s was Active, but the boot loader proves slot %s: now Failed, and downloaded again when needed", other, proven))
+		}
+	}
+	if len(changed) == 0 {
+		return nil, nil
+	}
+	if err := s.write(st); err != nil {
+		return changed, err
+	}
+	return changed, nil
+}
+
+func orNone(s v1alpha1.SlotState) string {
+	if s == "" {
+		return "in no state"
+	}
+	return string(s)
+}

@@ -233,6 +233,56 @@ func TestTrialFailed(t *testing.T) {
 	assert.Check(t, os.IsNotExist(err), "the slot is emptied")
 }
 
+// TestReconcileWithTheBootLoader: slots.json was unreadable during a trial
+// of B, so the trial boot started over with B Active and A Empty; the
+// trial failed and A booted. Reconciled with the boot loader (A proven),
+// A is Active again and B Failed, so the failure can be recorded and B
+// written again; a store that agrees is left alone.
+func TestReconcileWithTheBootLoader(t *testing.T) {
+	ctx := context.Background()
+	c := newChannel(t)
+	first, second := c.publish(v1), c.publish(v2)
+	root := t.TempDir()
+	assert.NilError(t, slots.Install(ctx, root, slots.A, c.releaseDir(v1), first))
+	s := open(t, root, slots.A)
+	c.download(t, s, slots.B, second)
+	_, err := s.Stage(ctx, slots.B)
+	assert.NilError(t, err)
+
+	// The trial boot of B finds slots.json unreadable.
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "state", "slots.json"), []byte("{torn"), 0o644))
+	s = open(t, root, slots.B)
+	assert.Check(t, is.Equal(state(t, s, slots.B).State, v1alpha1.SlotActive))
+	changed, err := s.Reconcile(slots.A) // the trial boot: the boot loader proves A
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(changed, 2), "%v", changed)
+	assert.Check(t, is.Equal(state(t, s, slots.B).State, v1alpha1.SlotStaged))
+	assert.Check(t, is.Equal(state(t, s, slots.A).State, v1alpha1.SlotActive))
+	assert.Check(t, is.Equal(state(t, s, slots.A).Target(), first), "the version read from the slot's release.yaml")
+
+	// Without the reconcile, the fall back to A would find B Active.
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "state", "slots.json"), []byte("{torn"), 0o644))
+	open(t, root, slots.B)
+	s = open(t, root, slots.A)
+	assert.Check(t, is.ErrorIs(s.MarkFailed(slots.B, "trial failed"), slots.ErrActiveSlot))
+	_, err = s.BeginDownload(slots.B, second)
+	assert.Check(t, is.ErrorIs(err, slots.ErrActiveSlot), "the machine could never download again")
+	changed, err = s.Reconcile(slots.A)
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(changed, 2), "%v", changed)
+	assert.Check(t, is.Contains(changed[1], "slot B was Active, but the boot loader proves slot A"))
+	assert.NilError(t, s.MarkFailed(slots.B, "trial failed"))
+	dl, err := s.BeginDownload(slots.B, second)
+	assert.NilError(t, err)
+	assert.NilError(t, dl.Close())
+
+	// Agreeing stores are left as they are.
+	s = open(t, root, slots.A)
+	changed, err = s.Reconcile(slots.A)
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(changed, 0))
+}
+
 // TestRecheck: a staged slot whose bytes changed is marked Failed; an
 // Active one is reported but left alone.
 func TestRecheck(t *testing.T) {
