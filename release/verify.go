@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+
+	"liken.sh/liken/internal/diskread"
 )
 
 // VerifyDir re-reads a slot directory against target: the document, every
@@ -102,6 +104,11 @@ func verifyFile(ctx context.Context, root *os.Root, version string, a Artifact, 
 		return ioError(version, a.Path, err)
 	}
 	defer f.Close()
+	// The bytes on the disk, which the boot loader reads, not the page
+	// cache's copy of what was written.
+	if err := diskread.Uncached(f); err != nil {
+		return ioError(version, a.Path, err)
+	}
 	sum, n, err := hashReader(ctx, f, buf)
 	if err != nil {
 		return ioError(version, a.Path, err)

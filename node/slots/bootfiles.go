@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"liken.sh/liken/internal/diskread"
 	"liken.sh/liken/release"
 )
 
@@ -218,12 +219,17 @@ func (s *Store) verifyBootFiles(ctx context.Context, name string, doc *release.D
 	return nil
 }
 
+// hashFile hashes the file at p as the disk holds it (diskread), the bytes
+// GRUB loads.
 func hashFile(ctx context.Context, p string, buf []byte) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
+	if err := diskread.Uncached(f); err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	if _, err := copyCtxBuf(ctx, h, f, buf); err != nil {
 		return "", err
