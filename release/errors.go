@@ -40,6 +40,10 @@ const (
 	ReasonUnexpectedFile Reason = "UnexpectedFile"
 	// ReasonDiskFull: the slot has no space left.
 	ReasonDiskFull Reason = "DiskFull"
+	// ReasonNotEnoughSpace: the slot store has less space free than the
+	// release needs plus what the machine keeps free; nothing was
+	// written, and the machine retries.
+	ReasonNotEnoughSpace Reason = "NotEnoughSpace"
 	// ReasonWriteFailed: the slot could not be written or read.
 	ReasonWriteFailed Reason = "SlotIOFailed"
 	// ReasonCanceled: the fetch was stopped (retarget or shutdown).
@@ -112,6 +116,8 @@ func (r Reason) hint() string {
 		return "the channel serves bytes that differ from the release document: republish the file or fix the web server; liken retries"
 	case ReasonDiskFull:
 		return "free space on the slot's file system or use smaller artifacts"
+	case ReasonNotEnoughSpace:
+		return "free space on the slot store (unused images, logs) or give the machine a larger disk; liken retries"
 	case ReasonWriteFailed:
 		return "the slot's storage failed: check the disk"
 	}

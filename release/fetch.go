@@ -122,6 +122,10 @@ type Fetcher struct {
 	// download starts (counting what an earlier attempt left) and then as
 	// bytes arrive. It runs on the fetching goroutine; keep it short.
 	Progress func(done, total int64)
+	// Space, when set, is asked before any artifact byte is written
+	// whether need more bytes may be written into the slot; its error
+	// stops the fetch with ReasonNotEnoughSpace.
+	Space func(need int64) error
 }
 
 // Result describes a fetch, complete or not.
@@ -216,6 +220,11 @@ func (f *Fetcher) Fetch(ctx context.Context, source string, target Target, sink 
 	res.Reused = res.Done + cp.Offset
 	if f.Progress != nil {
 		f.Progress(res.Reused, res.Total)
+	}
+	if f.Space != nil && res.Total > res.Reused {
+		if err := f.Space(res.Total - res.Reused); err != nil {
+			return res, &Error{Reason: ReasonNotEnoughSpace, Version: target.Version, Err: err}
+		}
 	}
 	buf := make([]byte, bufferSize)
 	for i := cp.Artifact; i < len(doc.Artifacts); i++ {

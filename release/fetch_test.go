@@ -2,6 +2,7 @@ package release_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -699,4 +700,44 @@ func TestRedirectToPlainHTTPRefused(t *testing.T) {
 	defer hop.Close()
 	_, err = f.Fetch(ctx, hop.URL, target, dl)
 	assert.NilError(t, err)
+}
+
+// TestFetchAsksForSpaceFirst: before it writes any artifact byte, the
+// fetch asks whether the bytes still to come fit; a refusal stops it with
+// NotEnoughSpace and nothing but release.yaml in the slot, and a fetch
+// that resumes asks only for what is left.
+func TestFetchAsksForSpaceFirst(t *testing.T) {
+	ctx := context.Background()
+	c := newChannel(t)
+	target := c.publish(v1, standard...)
+	s := openStore(t, t.TempDir())
+	dl, err := s.BeginDownload(slots.B, target)
+	assert.NilError(t, err)
+	f := fetcher(c)
+	var asked []int64
+	f.Space = func(need int64) error {
+		asked = append(asked, need)
+		return errors.New("the slot store has 10 MiB free")
+	}
+	res, err := f.Fetch(ctx, c.srv.URL, target, dl)
+	assert.Check(t, is.Equal(release.ReasonOf(err), release.ReasonNotEnoughSpace), "%v", err)
+	assert.ErrorContains(t, err, "the slot store has 10 MiB free")
+	assert.DeepEqual(t, asked, []int64{res.Total})
+	entries, err := os.ReadDir(s.Dir(slots.B))
+	assert.NilError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.DeepEqual(t, names, []string{"release.yaml"})
+	assert.NilError(t, dl.Close())
+
+	// With room, the same download goes through.
+	dl, err = s.BeginDownload(slots.B, target)
+	assert.NilError(t, err)
+	f.Space = func(need int64) error { asked = append(asked, need); return nil }
+	_, err = f.Fetch(ctx, c.srv.URL, target, dl)
+	assert.NilError(t, err)
+	assert.NilError(t, dl.Close())
+	assert.Equal(t, len(asked), 2)
 }

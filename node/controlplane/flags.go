@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -180,4 +181,19 @@ var leaderElection = []string{
 
 func files(dir string) func(string) string {
 	return func(name string) string { return filepath.Join(dir, filepath.FromSlash(name)) }
+}
+
+// DatastoreRoom is how much more etcd may write to the slot store: its
+// quota less what its data folder holds now (0 once it holds more).
+func DatastoreRoom() int64 {
+	var used int64
+	_ = filepath.WalkDir(EtcdDataDir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				used += fi.Size()
+			}
+		}
+		return nil
+	})
+	return max(EtcdQuotaBytes-used, 0)
 }

@@ -222,6 +222,10 @@ type Options struct {
 	// about them: a leader's trial commits, and its RestartK3s turn ends,
 	// only once ControlPlane reports healthy.
 	ControlPlane ControlPlaneHealth
+	// DatastoreRoom is, on a leader, how much more etcd may write to the
+	// slot store's file system (its quota less its data); a download
+	// leaves it free. nil on a machine that runs no datastore.
+	DatastoreRoom func() int64
 	// HTTPClient downloads releases; nil uses a client with sane timeouts.
 	HTTPClient *http.Client
 	// Clock is the daemon's clock; nil is the real one.

@@ -231,7 +231,7 @@ func (d *Daemon) runDownload(ctx context.Context, dl *download, source, caBundle
 	defer cancel()
 	stop := context.AfterFunc(h.Context(), cancel)
 	defer stop()
-	f := &release.Fetcher{Client: d.http, Progress: func(done, total int64) {
+	f := &release.Fetcher{Client: d.http, Space: d.roomFor, Progress: func(done, total int64) {
 		d.mu.Lock()
 		dl.done, dl.total = done, total
 		now := d.clock.Now()
@@ -254,6 +254,21 @@ func (d *Daemon) runDownload(ctx context.Context, dl *download, source, caBundle
 		return err
 	}
 	return nil
+}
+
+// roomFor says whether need more bytes may go into the inactive slot:
+// a download never takes the room the kubelet's eviction threshold and a
+// leader's etcd need (roomFor in space.go).
+func (d *Daemon) roomFor(need int64) error {
+	fs, err := statSpace(d.o.Root)
+	if err != nil {
+		return err
+	}
+	var datastore int64
+	if d.o.DatastoreRoom != nil {
+		datastore = d.o.DatastoreRoom()
+	}
+	return roomFor(need, fs, datastore)
 }
 
 // downloadDone records how a download ended.

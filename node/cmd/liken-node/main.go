@@ -216,6 +216,7 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 			// (controlplane.Health.Check).
 			health.Fence = func(ctx context.Context) error { return a.StopUnit(ctx, changes.APIServerUnit) }
 			o.ControlPlane = health
+			o.DatastoreRoom = controlplane.DatastoreRoom
 			log.Info("This machine is a leader: its trial and its RestartK3s turn wait for its own control plane")
 		}
 	case "record":
