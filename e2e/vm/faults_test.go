@@ -112,11 +112,15 @@ func TestKubeletThatNeverStartsIsNeverProven(t *testing.T) {
 	t.Logf("vm-1: reports %q", reason)
 	_, committed := m.qemu.Find("Trial succeeded")
 	assert.Assert(t, !committed, "the trial committed without a kubelet")
-	for _, s := range m.machine().Status.Slots {
+	slots := m.machine().Status.Slots
+	named := false
+	for _, s := range slots {
 		if s.Version == noKubelet.Version {
+			named = true
 			assert.Equal(t, s.State, likenv1.SlotFailed)
 		}
 	}
+	assert.Assert(t, named, "no slot names release %s: %+v", noKubelet.Version, slots)
 }
 
 // TestPowerLossDuringTrialBoot: the power goes while the trial slot

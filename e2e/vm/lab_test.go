@@ -52,7 +52,10 @@ func TestLabUpVM(t *testing.T) {
 	// One leader: the API is down while it reboots, and only then; it
 	// answers again once the leader is back.
 	assert.Assert(t, rep.Rounds > 0 && !rep.Longest.Ongoing, "the API did not answer again after the upgrade: %s", rep)
-	assert.Assert(t, rep.Longest.Duration() < 10*time.Minute, "the API was down longer than one leader's trial timeout: %s", rep)
+	// The sole leader's reboot took the API away for 1 min 3 s to 2 min
+	// 42 s in every run measured so far (docs/benchmarks.md): twice the
+	// longest, with room for a busy host.
+	assert.Assert(t, rep.Longest.Duration() < 5*time.Minute, "the API was down longer than twice the longest window measured for the sole leader's reboot (2 min 42 s): %s", rep)
 	// cluster-operator's pods, evicted by the drains, run again.
 	userlab.OperatorOnFleet(t, l.Kube, 2)
 
