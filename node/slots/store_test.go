@@ -201,18 +201,26 @@ func TestLifecycle(t *testing.T) {
 
 // TestTrialFailed: the trial slot is marked Failed, from the trial boot or
 // after the fall back; the proven slot never is.
-func TestTrialFailed(t *testing.T) {
+// stagedTrial installs release v1 (first) in slot A and stages v2
+// (second) in slot B, as before a trial of B.
+func stagedTrial(t *testing.T) (root string, first, second release.Target) {
+	t.Helper()
 	ctx := context.Background()
 	c := newChannel(t)
-	first, second := c.publish(v1), c.publish(v2)
-	root := t.TempDir()
+	first, second = c.publish(v1), c.publish(v2)
+	root = t.TempDir()
 	assert.NilError(t, slots.Install(ctx, root, slots.A, c.releaseDir(v1), first))
 	s := open(t, root, slots.A)
 	c.download(t, s, slots.B, second)
 	_, err := s.Stage(ctx, slots.B)
 	assert.NilError(t, err)
+	return root, first, second
+}
 
-	s = open(t, root, slots.A) // the firmware fell back to A
+func TestTrialFailed(t *testing.T) {
+	ctx := context.Background()
+	root, _, second := stagedTrial(t)
+	s := open(t, root, slots.A) // the firmware fell back to A
 	assert.Check(t, is.ErrorIs(s.MarkFailed(slots.A, "x"), slots.ErrActiveSlot))
 	assert.NilError(t, s.MarkFailed(slots.B, "trial failed: node not Ready within 10m"))
 	s = open(t, root, slots.A)
@@ -220,7 +228,7 @@ func TestTrialFailed(t *testing.T) {
 	assert.Check(t, is.Equal(in.State, v1alpha1.SlotFailed))
 	assert.Check(t, is.Equal(in.Message, "trial failed: node not Ready within 10m"))
 	assert.Check(t, is.Equal(in.Target(), second))
-	_, err = s.Stage(ctx, slots.B)
+	_, err := s.Stage(ctx, slots.B)
 	assert.Check(t, is.ErrorIs(err, slots.ErrWrongState))
 
 	// A new download of the same release starts from scratch.
@@ -239,19 +247,11 @@ func TestTrialFailed(t *testing.T) {
 // A is Active again and B Failed, so the failure can be recorded and B
 // written again; a store that agrees is left alone.
 func TestReconcileWithTheBootLoader(t *testing.T) {
-	ctx := context.Background()
-	c := newChannel(t)
-	first, second := c.publish(v1), c.publish(v2)
-	root := t.TempDir()
-	assert.NilError(t, slots.Install(ctx, root, slots.A, c.releaseDir(v1), first))
-	s := open(t, root, slots.A)
-	c.download(t, s, slots.B, second)
-	_, err := s.Stage(ctx, slots.B)
-	assert.NilError(t, err)
+	root, first, second := stagedTrial(t)
 
 	// The trial boot of B finds slots.json unreadable.
 	assert.NilError(t, os.WriteFile(filepath.Join(root, "state", "slots.json"), []byte("{torn"), 0o644))
-	s = open(t, root, slots.B)
+	s := open(t, root, slots.B)
 	assert.Check(t, is.Equal(state(t, s, slots.B).State, v1alpha1.SlotActive))
 	changed, err := s.Reconcile(slots.A) // the trial boot: the boot loader proves A
 	assert.NilError(t, err)
