@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/cache"
@@ -343,12 +344,12 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		LeaseNamespace, name, name, silent, seen.UTC().Format(time.RFC3339), name)
 	klog.FromContext(ctx).Info("Machine lost", "machine", klog.KObj(m), "silentFor", silent, "previousPhase", m.Status.Phase)
 	c.cfg.Metrics.MachinesLost.WithLabelValues(m.Spec.Cluster).Inc()
+	// One event, on the Machine (related to its Cluster when there is one).
+	var related runtime.Object
 	if cl, err := c.clusters.Get(m.Spec.Cluster); err == nil {
-		c.cfg.Recorder.Eventf(m, cl, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
-		c.cfg.Recorder.Eventf(cl, m, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
-	} else {
-		c.cfg.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
+		related = cl
 	}
+	c.cfg.Recorder.Eventf(m, related, corev1.EventTypeWarning, EventMachineLost, "Judge", "%s", note)
 	return 0, nil
 }
 

@@ -61,8 +61,9 @@ const (
 	// EventK3sRestartFailed: a machine's restart of k3s was rolled back;
 	// no other machine restarts k3s until the value changes.
 	EventK3sRestartFailed = likenv1.ReasonK3sRestartFailed
-	// EventRolloutStalled: a turn outlived the stall timeout; the rollout halts.
-	EventRolloutStalled = "RolloutStalled"
+	// EventRolloutStalled: a turn outlived the stall timeout; the rollout
+	// halts. On the Cluster, as every halt (whose reason is the event's).
+	EventRolloutStalled = likenv1.ReasonRolloutStalled
 	// EventRolloutResumed: a halt was lifted.
 	EventRolloutResumed = "RolloutResumed"
 	// EventInvalidWindow: a maintenance window cannot be read (such as an
@@ -473,13 +474,23 @@ func (c *Controller) reportSkipped(ctx context.Context, cluster *likenv1.Cluster
 	}
 	c.mu.Unlock()
 	for _, s := range report {
-		note := clip(s.Message(), maxEventNote)
+		note := s.Message()
 		klog.FromContext(ctx).Info("Passed over a machine: its drain would be blocked", "cluster", klog.KObj(cluster), "machine", s.Machine, "budgets", s.Budgets)
-		c.cfg.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventDrainWouldBlock, "Grant", "%s", note)
-		if m := findMachine(machines, s.Machine); m != nil {
-			c.cfg.Recorder.Eventf(m, cluster, corev1.EventTypeWarning, EventDrainWouldBlock, "Grant", "%s", note)
-		}
+		machineEvent(c.cfg.Recorder, cluster, machines, s.Machine, corev1.EventTypeWarning, EventDrainWouldBlock, "Grant", note)
 	}
+}
+
+// machineEvent records an event about machine's own turn on its Machine,
+// related to cluster, or on cluster when the Machine is gone: one event
+// per occurrence (rollout-level events go on the Cluster only). The note
+// is clipped to what the API server keeps.
+func machineEvent(rec events.EventRecorder, cluster *likenv1.Cluster, machines []*likenv1.Machine, machine, eventType, reason, action, note string) {
+	note = clip(note, maxEventNote)
+	if m := findMachine(machines, machine); m != nil {
+		rec.Eventf(m, cluster, eventType, reason, action, "%s", note)
+		return
+	}
+	rec.Eventf(cluster, nil, eventType, reason, action, "%s", note)
 }
 
 // showHalt sets the rollout-halted metric from the halt the API server
@@ -552,14 +563,12 @@ func (c *Controller) grantLatency(cluster string, t likenv1.RebootTurn, now time
 func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machines []*likenv1.Machine, d Decision, now time.Time) {
 	logger := klog.FromContext(ctx)
 	rec := c.cfg.Recorder
-	// event records on the Cluster, and on the Machine when it exists.
-	// The note is clipped to what the API server keeps.
+	// event records an event of machine's own turn on its Machine, related
+	// to the Cluster, or on the Cluster when the Machine is gone: one
+	// event per occurrence. The note is clipped to what the API server
+	// keeps.
 	event := func(machine, eventType, reason, action, note string) {
-		note = clip(note, maxEventNote)
-		rec.Eventf(cluster, nil, eventType, reason, action, "%s", note)
-		if m := findMachine(machines, machine); m != nil {
-			rec.Eventf(m, cluster, eventType, reason, action, "%s", note)
-		}
+		machineEvent(rec, cluster, machines, machine, eventType, reason, action, note)
 	}
 	for _, e := range d.Ended {
 		c.cfg.Metrics.TurnsEnded.WithLabelValues(cluster.Name, string(e.Result)).Inc()
@@ -587,10 +596,11 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventRolloutResumed, "Resume", "%s", note)
 	}
 	if d.Halted != nil {
+		// A rollout-level event, on the Cluster only; the machine's own
+		// turn event (a failed trial or restart) is on its Machine.
 		logger.Info("Rollout halted", "cluster", klog.KObj(cluster), "reason", d.Halted.Reason, "machine", d.Halted.Machine)
-		if d.Halted.Reason == likenv1.ReasonRolloutStalled {
-			event(d.Halted.Machine, corev1.EventTypeWarning, EventRolloutStalled, "Halt", d.Halted.Message)
-		}
+		rec.Eventf(cluster, nil, corev1.EventTypeWarning, d.Halted.Reason, "Halt", "%s",
+			clip(fmt.Sprintf("Halted the rollout (%s, machine %s): %s", d.Halted.Reason, d.Halted.Machine, d.Halted.Message), maxEventNote))
 	}
 	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonInvalidWindow {
 		if was := meta.FindStatusCondition(cluster.Status.Conditions, likenv1.ConditionProgressing); was == nil || was.Reason != p.Reason || was.Message != p.Message {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -34,7 +33,7 @@ type fixture struct {
 	client   *likenfake.Clientset
 	ctrl     *Controller
 	clusters likeninformers.SharedInformerFactory
-	recorder *events.FakeRecorder
+	recorder *tu.Recorder
 	metrics  *metrics.Metrics
 	clock    *clocktesting.FakeClock
 	fenceErr error
@@ -42,7 +41,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{t: t, recorder: events.NewFakeRecorder(100), metrics: metrics.New(), clock: clocktesting.NewFakeClock(after)}
+	f := &fixture{t: t, recorder: &tu.Recorder{}, metrics: metrics.New(), clock: clocktesting.NewFakeClock(after)}
 	var likenObjs, kubeObjs []runtime.Object
 	for _, o := range objs {
 		switch o.(type) {
@@ -127,17 +126,9 @@ func (f *fixture) updates() int {
 	return n
 }
 
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+// events are the events recorded since the last call, each with the
+// object it is about ("Machine/a Normal TurnGranted ...").
+func (f *fixture) events() []string { return f.recorder.Take() }
 
 func TestControllerGrantsWithTheResourceVersionItRead(t *testing.T) {
 	f := newFixture(t,
@@ -155,8 +146,8 @@ func TestControllerGrantsWithTheResourceVersionItRead(t *testing.T) {
 	assert.Equal(t, promtestutil.ToFloat64(f.metrics.TurnsGranted.WithLabelValues("lab", "Release")), 1.0)
 	assert.Equal(t, promtestutil.CollectAndCount(f.metrics.GrantLatency), 1)
 	evs := f.events()
-	assert.Equal(t, len(evs), 2, "one event on the Cluster, one on the Machine: %v", evs)
-	assert.Assert(t, is.Contains(evs[0], "Normal TurnGranted Granted a Release turn to machine a"))
+	assert.Equal(t, len(evs), 1, "one event per occurrence, on the Machine: %v", evs)
+	assert.Assert(t, is.Contains(evs[0], "Machine/a Normal TurnGranted Granted a Release turn to machine a"))
 
 	// Nothing changed: no write.
 	f.refresh("lab")
@@ -281,10 +272,15 @@ func TestControllerEventsForEndings(t *testing.T) {
 		tu.Machine("b", tu.WantsRelease, tu.TrialFailed))
 	_, err := f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
-	all := strings.Join(f.events(), "\n")
-	for _, want := range []string{"Normal TurnFinished", "Normal TrialSucceeded", "Warning TrialFailed", "Normal TurnTakenBack"} {
+	evs := f.events()
+	all := strings.Join(evs, "\n")
+	// Each machine's own turn events on its Machine (on the Cluster for a
+	// Machine that is gone), the halt on the Cluster: one event each.
+	for _, want := range []string{"Machine/a Normal TurnFinished", "Machine/a Normal TrialSucceeded", "Machine/b Warning TrialFailed",
+		"Cluster/lab Normal TurnTakenBack Took back the turn of machine gone", "Cluster/lab Warning TrialFailed Halted the rollout (TrialFailed, machine b)"} {
 		assert.Assert(t, is.Contains(all, want))
 	}
+	assert.Equal(t, len(evs), 5, "%v", evs)
 	c := f.stored("lab")
 	assert.Equal(t, c.Status.Halt.Reason, likenv1.ReasonTrialFailed)
 	assert.Equal(t, promtestutil.ToFloat64(f.metrics.RolloutHalted.WithLabelValues("lab", "TrialFailed")), 1.0)

@@ -5,8 +5,10 @@ package testutil
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -287,4 +289,33 @@ func OptimisticUpdates(cs Tracker, resource string) {
 		}
 		return true, obj, nil
 	})
+}
+
+// Recorder is an events.EventRecorder that keeps each event as
+// "<Kind>/<name> <type> <reason> <note>", so that a test sees which
+// object an event is about.
+type Recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+// Eventf records the event.
+func (r *Recorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _ string, note string, args ...interface{}) {
+	kind := reflect.TypeOf(regarding).Elem().Name()
+	name := ""
+	if o, ok := regarding.(metav1.Object); ok {
+		name = o.GetName()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf("%s/%s %s %s %s", kind, name, eventtype, reason, fmt.Sprintf(note, args...)))
+}
+
+// Take returns the events recorded since the last Take.
+func (r *Recorder) Take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.events
+	r.events = nil
+	return out
 }
