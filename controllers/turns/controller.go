@@ -366,6 +366,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// backoff and a second decision. After a failed write the last one
 	// that succeeded still counts, until the cache moves past it.
 	cluster = c.written.Latest(key, cluster)
+	if cluster.Status.Term != c.cfg.Term.Token {
+		if cluster, err = c.startTerm(ctx, key, cluster); err != nil {
+			return 0, err
+		}
+	}
 	machines, nodes, silent, now, err := c.observe(cluster)
 	if err != nil {
 		return 0, err
@@ -425,6 +430,28 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	c.showHalt(cluster.Name, d.Status.Halt)
 	c.report(ctx, cluster, machines, d, now)
 	return d.RequeueAfter, nil
+}
+
+// startTerm writes this copy's term in the cluster's status, alone, before
+// its first decision for it: a copy that led before and was paused after it
+// read the cluster (even after it confirmed the lease) then writes with an
+// older resourceVersion, and its write conflicts instead of adding a turn
+// decided on what it saw before (docs/design/protocol.md#leader-election).
+// It returns the cluster as written.
+func (c *Controller) startTerm(ctx context.Context, key string, cluster *likenv1.Cluster) (*likenv1.Cluster, error) {
+	what := fmt.Sprintf("recording leadership term %s in cluster %s", c.cfg.Term.Token, cluster.Name)
+	if err := c.cfg.Term.Fence.Confirm(ctx, what); err != nil {
+		return nil, fmt.Errorf("not %s: %w", what, err)
+	}
+	updated := cluster.DeepCopy()
+	updated.Status.Term = c.cfg.Term.Token
+	out, err := c.cfg.Writer.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	c.written.Wrote(key, cluster.ResourceVersion, out)
+	klog.FromContext(ctx).Info("Recorded this copy's leadership term", "cluster", klog.KObj(cluster), "term", c.cfg.Term.Token, "previous", cluster.Status.Term)
+	return out, nil
 }
 
 // drains reads, for the machines of cluster that hold a turn or may ask

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
@@ -37,15 +38,26 @@ type fixture struct {
 	metrics  *metrics.Metrics
 	clock    *clocktesting.FakeClock
 	fenceErr error
+	// newController makes another copy's controller on the same
+	// informers (f.ctrl is the first copy's).
+	newController func(term leadership.Term, w StatusWriter) *Controller
 }
+
+// fixtureTerm is the leadership term of the fixture's controller, already
+// recorded in its Clusters.
+const fixtureTerm = "1/op-1"
 
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	t.Helper()
 	f := &fixture{t: t, recorder: &tu.Recorder{}, metrics: metrics.New(), clock: clocktesting.NewFakeClock(after)}
 	var likenObjs, kubeObjs []runtime.Object
 	for _, o := range objs {
-		switch o.(type) {
-		case *likenv1.Cluster, *likenv1.Machine:
+		switch o := o.(type) {
+		case *likenv1.Cluster:
+			// This copy's term is recorded: its first sync decides.
+			o.Status.Term = fixtureTerm
+			likenObjs = append(likenObjs, o)
+		case *likenv1.Machine:
 			likenObjs = append(likenObjs, o)
 		default:
 			kubeObjs = append(kubeObjs, o)
@@ -57,22 +69,25 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	f.clusters = likeninformers.NewSharedInformerFactory(f.client, 0)
 	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
 	pods := NewPodInformer(kube)
-	ctrl, err := New(Config{
-		Clusters: f.clusters.Liken().V1alpha1().Clusters(),
-		Machines: f.clusters.Liken().V1alpha1().Machines(),
-		Nodes:    kf.Core().V1().Nodes(),
-		Pods:     pods,
-		Budgets:  kf.Policy().V1().PodDisruptionBudgets(),
-		Writer:   f.client.LikenV1alpha1().Clusters(),
-		Recorder: f.recorder,
-		Metrics:  f.metrics,
-		Clock:    f.clock,
-		Term: leadership.Term{Identity: "op-1", Since: tu.Epoch,
-			Fence: leadership.FenceFunc(func(context.Context, string) error { return f.fenceErr })},
-		StartupGrace: 40 * time.Second,
-	})
-	assert.NilError(t, err)
-	f.ctrl = ctrl
+	f.newController = func(term leadership.Term, w StatusWriter) *Controller {
+		ctrl, err := New(Config{
+			Clusters:     f.clusters.Liken().V1alpha1().Clusters(),
+			Machines:     f.clusters.Liken().V1alpha1().Machines(),
+			Nodes:        kf.Core().V1().Nodes(),
+			Pods:         pods,
+			Budgets:      kf.Policy().V1().PodDisruptionBudgets(),
+			Writer:       w,
+			Recorder:     f.recorder,
+			Metrics:      f.metrics,
+			Clock:        f.clock,
+			Term:         term,
+			StartupGrace: 40 * time.Second,
+		})
+		assert.NilError(t, err)
+		return ctrl
+	}
+	f.ctrl = f.newController(leadership.Term{Identity: "op-1", Since: tu.Epoch, Token: fixtureTerm,
+		Fence: leadership.FenceFunc(func(context.Context, string) error { return f.fenceErr })}, f.client.LikenV1alpha1().Clusters())
 	for _, o := range likenObjs {
 		switch o := o.(type) {
 		case *likenv1.Cluster:
@@ -699,4 +714,81 @@ func TestControllerDeletedMachineHoldsItsTurnWhileItsNodeIsDown(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, f.stored("lab").Status.Turns, "w2")
 	assert.Assert(t, is.Contains(strings.Join(f.events(), "\n"), "Took back the turn of machine w1: the Machine was deleted, and it has no Node"))
+}
+
+// pausedWriter holds a write back until released, as a copy paused
+// between its lease confirmation and its write.
+type pausedWriter struct {
+	StatusWriter
+	paused, release chan struct{}
+}
+
+func (w *pausedWriter) UpdateStatus(ctx context.Context, c *likenv1.Cluster, opts metav1.UpdateOptions) (*likenv1.Cluster, error) {
+	close(w.paused)
+	<-w.release
+	return w.StatusWriter.UpdateStatus(ctx, c, opts)
+}
+
+// TestPausedLeaderAddsNoTurn: the leading copy reads the Cluster while
+// machine a asks for a turn, confirms its lease and pauses right before
+// it writes the grant. Meanwhile a's need went away, and another copy
+// takes the lease: the status it would decide is the one stored, so only
+// its term makes it write, before anything else. The paused copy's write
+// then conflicts: the grant it decided on what it saw before adds no turn.
+func TestPausedLeaderAddsNoTurn(t *testing.T) {
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+		tu.Machine("a", tu.FinishedOn(tu.Version2)), tu.Node("a", true))
+	_, err := f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	f.refresh("lab")
+	ready := f.stored("lab")
+	assert.Equal(t, ready.Status.Turns, "")
+
+	// The first copy sees a asking, decides to grant it, and pauses.
+	f.setMachine(tu.Machine("a", tu.WantsRelease))
+	w := &pausedWriter{StatusWriter: f.client.LikenV1alpha1().Clusters(), paused: make(chan struct{}), release: make(chan struct{})}
+	old := f.newController(leadership.Term{Identity: "op-1", Since: tu.Epoch, Token: fixtureTerm, Fence: leadership.Always}, w)
+	done := make(chan error)
+	go func() {
+		_, err := old.sync(context.Background(), "lab")
+		done <- err
+	}()
+	<-w.paused
+
+	// a no longer asks; the next copy decides what is stored already.
+	f.setMachine(tu.Machine("a", tu.FinishedOn(tu.Version2)))
+	next := f.newController(leadership.Term{Identity: "op-2", Since: tu.Epoch, Token: "2/op-2", Fence: leadership.Always}, f.client.LikenV1alpha1().Clusters())
+	_, err = next.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.stored("lab").Status.Term, "2/op-2")
+
+	close(w.release)
+	err = <-done
+	assert.Assert(t, apierrors.IsConflict(errors.Unwrap(err)), "the paused copy's grant was written: %v", err)
+	c := f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "", "a turn decided before the new term was added")
+	assert.Equal(t, c.Status.Term, "2/op-2")
+}
+
+// TestNewTermIsWrittenBeforeTheFirstDecision: a copy that starts leading
+// writes its term alone, then decides from what it wrote, in one sync.
+func TestNewTermIsWrittenBeforeTheFirstDecision(t *testing.T) {
+	f := newFixture(t,
+		tu.Cluster("lab", tu.TargetVersion(tu.Version2)),
+		tu.Machine("a", tu.WantsRelease), tu.Node("a", true))
+	next := f.newController(leadership.Term{Identity: "op-2", Since: tu.Epoch, Token: "2/op-2", Fence: leadership.Always}, f.client.LikenV1alpha1().Clusters())
+	_, err := next.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	var writes []likenv1.ClusterStatus
+	for _, a := range f.client.Actions() {
+		if u, ok := a.(clienttesting.UpdateAction); ok && a.GetSubresource() == "status" {
+			writes = append(writes, u.GetObject().(*likenv1.Cluster).Status)
+		}
+	}
+	assert.Equal(t, len(writes), 2, "%+v", writes)
+	assert.Equal(t, writes[0].Term, "2/op-2")
+	assert.Equal(t, writes[0].Turns, "", "the term's write decides nothing")
+	assert.Equal(t, writes[1].Turns, "a")
+	assert.Equal(t, writes[1].Term, "2/op-2")
 }

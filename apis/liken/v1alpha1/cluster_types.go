@@ -266,6 +266,13 @@ type ClusterStatus struct {
 	// Leaders names the cluster's leader machines.
 	// +optional
 	Leaders []string `json:"leaders,omitempty"`
+	// Term is the leadership term of the cluster-operator copy that last
+	// decided for this Cluster ("<lease transitions>/<identity>"). A copy
+	// that starts leading writes its term first, before any decision, so
+	// that a write of an earlier leader, decided on what it read before,
+	// conflicts and adds no turn.
+	// +optional
+	Term string `json:"term,omitempty"`
 	// Endpoint is the API endpoint machines join (spec.network.endpoint).
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`

@@ -26,6 +26,15 @@ type Term struct {
 	Since time.Time
 	// Fence confirms leadership before a grant or a Lost verdict.
 	Fence Fence
+	// Token names the term ("<lease transitions>/<identity>"): it grows
+	// with each new holder of the lease. The turn controller writes it in
+	// each Cluster's status before its first decision of the term.
+	Token string
+}
+
+// TermToken is the token of the term an election record starts.
+func TermToken(ler resourcelock.LeaderElectionRecord) string {
+	return fmt.Sprintf("%d/%s", ler.LeaderTransitions, ler.HolderIdentity)
 }
 
 // Fence confirms that this copy still leads.
@@ -113,6 +122,7 @@ type RenewalTracker struct {
 
 	mu      sync.Mutex
 	renewed time.Time
+	last    resourcelock.LeaderElectionRecord
 }
 
 // Create implements resourcelock.Interface.
@@ -136,11 +146,20 @@ func (t *RenewalTracker) record(start time.Time, ler resourcelock.LeaderElection
 	defer t.mu.Unlock()
 	if err == nil && ler.HolderIdentity == t.Identity() {
 		t.renewed = start
+		t.last = ler
 	} else {
 		// A failed write, or a write that gives the lock up: whatever
 		// the Lease holds now, it is not this copy's fresh renewal.
 		t.renewed = time.Time{}
 	}
+}
+
+// Token is the token of the term the last write that kept the lock for
+// this copy belongs to (TermToken).
+func (t *RenewalTracker) Token() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return TermToken(t.last)
 }
 
 // Renewed returns when the last write that kept the lock for this copy

@@ -155,6 +155,7 @@ func Run(ctx context.Context, o Options, exit func(code int)) error {
 				term := leadership.Term{
 					Identity: o.Identity,
 					Since:    clk.Now(),
+					Token:    lock.Token(),
 					Fence: &leadership.LeaseFence{
 						Leases: kube.CoordinationV1(), Namespace: likenv1.SystemNamespace, Name: likenv1.OperatorLeaseName,
 						Identity: o.Identity, LeaseDuration: LeaseDuration, Clock: clk, Renewals: lock,
