@@ -62,6 +62,11 @@ const (
 // argument is in effect (docs/guides/lab.md).
 const LabRefusedArg = "--liken-lab-kubelet-refuses"
 
+// LabRefusedLabel marks the Node of a lab machine whose kubelet refused
+// its arguments: the lab's kwok stages post no Ready for it
+// (cli/lab/controlplane/stages.yaml).
+const LabRefusedLabel = "liken.sh/lab-kubelet"
+
 // Recorder is the lab's Applier and Observer: it changes nothing on the
 // host, appends every call to a JSON-lines log, and reports the applied
 // Config as what it observes.

@@ -327,8 +327,15 @@ func (l *labKubelet) RestartK3s(ctx context.Context, cfg changes.Config, changed
 	}
 	now := metav1.Now().UTC().Format(time.RFC3339)
 	status, reason, message := "True", "KubeletReady", "kubelet is posting ready status"
+	refused := "null"
 	if slices.Contains(cfg.Settings.K3sArgs, changes.LabRefusedArg) {
 		status, reason, message = "False", "KubeletNotReady", "the lab's kubelet refused the argument "+changes.LabRefusedArg
+		refused = `"refused"`
+	}
+	// The label first: kwok's stages post Ready for a Node without it.
+	label := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, changes.LabRefusedLabel, refused)
+	if _, err := l.kube.CoreV1().Nodes().Patch(ctx, l.node, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("labelling the Node after the simulated restart of k3s: %w", err)
 	}
 	patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q},"conditions":[{"type":"Ready","status":%q,"reason":%q,"message":%q,"lastHeartbeatTime":%q}]}}`, l.bootID, status, reason, message, now)
 	if _, err := l.kube.CoreV1().Nodes().Patch(ctx, l.node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
