@@ -359,6 +359,10 @@ func (l *lab) runOperatorImage(m *vm) {
 	assert.NilError(l.t, err)
 	spec := d.Spec.Template.Spec.DeepCopy()
 	spec.NodeName = m.name
+	// The image is what this checks, on whichever machine: the template
+	// requires a leader (TestOperatorRunsOnLeadersOnly in e2e/api checks
+	// that), and a kubelet refuses a pod bound to it against its affinity.
+	spec.Affinity, spec.TopologySpreadConstraints = nil, nil
 	spec.RestartPolicy = corev1.RestartPolicyNever
 	c := &spec.Containers[0]
 	c.Args = []string{"--version"}
@@ -370,6 +374,9 @@ func (l *lab) runOperatorImage(m *vm) {
 		p, err := l.kube.CoreV1().Pods(d.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return poll.Error(err)
+		}
+		if p.Status.Phase == corev1.PodFailed && len(p.Status.ContainerStatuses) == 0 {
+			return poll.Error(fmt.Errorf("%s on %s: the kubelet refused the pod: %s: %s", c.Image, m.name, p.Status.Reason, p.Status.Message))
 		}
 		for _, cs := range p.Status.ContainerStatuses {
 			if w := cs.State.Waiting; w != nil && w.Reason != "ContainerCreating" {
