@@ -45,7 +45,7 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 			log.Error(err, "Recording the RestartK3s turn failed; not restarting k3s")
 			return
 		}
-		fields := strings.Join(changes.Paths(v.k3s), ", ")
+		fields := fieldsOrConfig(changes.Paths(v.k3s))
 		log.Info("RestartK3s turn granted; restarting k3s in place", "change", v.change, "fields", fields)
 		d.event(v.m, v.c, "Normal", ReasonTurnStarted, "TakeTurn", "Took the turn for change %s: restarting k3s in place for %s (no cordon, no drain, no reboot); the node must be Ready again within %s, or k3s restarts with the configuration it ran before", v.change, fields, timeout)
 		t = rec
@@ -98,10 +98,7 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 		}
 		cfg := changes.Merge(*d.st.Applied, v.desired, likenv1.ClassRestartK3s)
 		changed := changes.Only(changes.Diff(*d.st.Applied, cfg), likenv1.ClassRestartK3s)
-		what := strings.Join(changes.Paths(changed), ", ")
-		if what == "" {
-			what = "the declared configuration"
-		}
+		what := fieldsOrConfig(changes.Paths(changed))
 		began := d.clock.Now()
 		if err := d.o.Applier.RestartK3s(ctx, cfg, changed); err != nil {
 			d.configFailed(ctx, v, "k3s restart for "+what+" in the turn", err)
@@ -179,10 +176,7 @@ func (d *Daemon) syncK3sTurn(ctx context.Context, v *view) {
 func (d *Daemon) rollBackK3s(ctx context.Context, v *view, t *turnRecord, why string, timeout time.Duration) {
 	log := klog.FromContext(ctx)
 	fields := changes.Paths(changes.Only(changes.Diff(*d.st.Applied, *t.K3s), likenv1.ClassRestartK3s))
-	what := strings.Join(fields, ", ")
-	if what == "" {
-		what = "the declared configuration"
-	}
+	what := fieldsOrConfig(fields)
 	began := d.clock.Now()
 	if err := d.o.Applier.RestartK3s(ctx, *d.st.Applied, nil); err != nil {
 		d.configFailed(ctx, v, "restarting k3s with the configuration it ran before "+what+" changed", err)
@@ -207,8 +201,20 @@ func (d *Daemon) rollBackK3s(ctx context.Context, v *view, t *turnRecord, why st
 // message says what failed and what to do, for the Machine's
 // ConfigApplied condition and the event.
 func (f *k3sFailure) message(cluster string) string {
+	what := fieldsOrConfig(f.Fields)
 	return fmt.Sprintf("the restart of k3s for %s (change %s) did not bring the node back Ready within %s (%s); liken restarted k3s with the configuration it ran before, and no other machine restarts k3s for this change. Correct %s in the Machine or Cluster %s, or run `liken rollout resume %s` to try the same value again",
-		strings.Join(f.Fields, ", "), f.Change, time.Duration(f.Timeout), f.Reason, strings.Join(f.Fields, ", "), cluster, cluster)
+		what, f.Change, time.Duration(f.Timeout), f.Reason, what, cluster, cluster)
+}
+
+// fieldsOrConfig names the fields a restart of k3s is for. A restart
+// with no field that differs from Applied (k3s restarted again because a
+// turn was given back before its restart was confirmed) names the
+// declared configuration.
+func fieldsOrConfig(fields []string) string {
+	if len(fields) == 0 {
+		return "the declared configuration"
+	}
+	return strings.Join(fields, ", ")
 }
 
 // clearK3sFailure forgets a failed restart of k3s once the declared

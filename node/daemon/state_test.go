@@ -3,6 +3,7 @@ package daemon
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,29 @@ func TestStateReadAcrossReleases(t *testing.T) {
 			}
 			assert.NilError(t, err)
 			assert.DeepEqual(t, st, tc.want)
+		})
+	}
+}
+
+// TestK3sFailureMessageNamesWhatFailed holds the message a person reads on
+// a Machine whose restart of k3s was rolled back: it names the fields, or
+// the declared configuration when no field differed.
+func TestK3sFailureMessageNamesWhatFailed(t *testing.T) {
+	cases := []struct {
+		name   string
+		fields []string
+		want   string
+	}{
+		{name: "one field", fields: []string{"settings.k3sArgs"}, want: "the restart of k3s for settings.k3sArgs (change c1) did not bring the node back Ready within 10m0s (the Node is NotReady); liken restarted k3s with the configuration it ran before, and no other machine restarts k3s for this change. Correct settings.k3sArgs in the Machine or Cluster prod, or run `liken rollout resume prod` to try the same value again"},
+		{name: "two fields", fields: []string{"settings.k3sArgs", "settings.registryMirrors"}, want: "the restart of k3s for settings.k3sArgs, settings.registryMirrors (change c1)"},
+		{name: "no field differed", want: "the restart of k3s for the declared configuration (change c1)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &k3sFailure{Change: "c1", Fields: tc.fields, Reason: "the Node is NotReady", Timeout: Duration(10 * time.Minute)}
+			got := f.message("prod")
+			assert.Assert(t, strings.HasPrefix(got, tc.want), "got %q", got)
+			assert.Assert(t, !strings.Contains(got, "for  ") && !strings.Contains(got, "Correct  in"), "a field list is empty in %q", got)
 		})
 	}
 }

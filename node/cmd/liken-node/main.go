@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/internal/command"
@@ -140,7 +141,7 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 		}
 		// The certificate is renewed while liken-node runs; its client
 		// reads the renewed one from the file the kubeconfig names.
-		go renewCertificate(ctx, f)
+		go renewCertificate(ctx, clock.RealClock{}, renewFor(f))
 	}
 	cfg, err := command.RESTConfig(f.kubeconfig, "liken-node/"+version.Version)
 	if err != nil {
@@ -270,27 +271,39 @@ func joinOptions(f runFlags) (join.Options, error) {
 // due for renewal (two thirds of its lifetime).
 const renewInterval = 10 * time.Minute
 
-// renewCertificate renews the machine's certificate while liken-node runs,
-// until ctx ends. A failed renewal is logged, and tried again at the next
-// look, while the certificate still serves.
-func renewCertificate(ctx context.Context, f runFlags) {
-	t := time.NewTicker(renewInterval)
+// renewCertificate looks, every renewInterval of clk until ctx ends,
+// whether the machine's certificate is due for renewal, and renews it
+// (renew: join.Renew with the machine's options). A failed renewal is
+// logged and tried again at the next look, while the certificate still
+// serves.
+func renewCertificate(ctx context.Context, clk clock.WithTicker, renew func(context.Context) error) {
+	t := clk.NewTicker(renewInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
-		o, err := joinOptions(f)
-		if err == nil {
-			rctx, cancel := context.WithTimeout(ctx, joinTimeout)
-			err = join.Renew(rctx, o)
-			cancel()
-		}
+		rctx, cancel := context.WithTimeout(ctx, joinTimeout)
+		err := renew(rctx)
+		cancel()
 		if err != nil {
-			klog.FromContext(ctx).Error(err, "The machine's certificate")
+			klog.FromContext(ctx).Error(err, "The machine's certificate", "next", renewInterval)
 		}
+	}
+}
+
+// renewFor is renewCertificate's renewal for the machine of f: its
+// options are read again at each look, as the bootstrap kubeconfig may
+// come or go.
+func renewFor(f runFlags) func(context.Context) error {
+	return func(ctx context.Context) error {
+		o, err := joinOptions(f)
+		if err != nil {
+			return err
+		}
+		return join.Renew(ctx, o)
 	}
 }
 

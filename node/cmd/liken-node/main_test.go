@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/daemon"
@@ -163,4 +165,47 @@ func TestEarlyFailureInATrialBoot(t *testing.T) {
 			assert.ErrorContains(t, err, tc.err)
 		})
 	}
+}
+
+// TestCertificateLookedAtWhileRunning: while liken-node runs, it looks at
+// the machine's certificate once every renewInterval, bounds each renewal
+// by joinTimeout, tries again at the next look after a failed renewal,
+// and stops looking when it stops.
+func TestCertificateLookedAtWhileRunning(t *testing.T) {
+	start := time.Now()
+	clk := clocktesting.NewFakeClock(start)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type look struct {
+		at       time.Time
+		deadline time.Time
+	}
+	looks := make(chan look)
+	results := []error{errors.New("the API server does not answer"), nil}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		renewCertificate(ctx, clk, func(rctx context.Context) error {
+			d, _ := rctx.Deadline()
+			looks <- look{at: clk.Now(), deadline: d}
+			err := results[0]
+			results = results[1:]
+			return err
+		})
+	}()
+	for i := 1; i <= 2; i++ {
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if clk.HasWaiters() {
+				return poll.Success()
+			}
+			return poll.Continue("renewCertificate is not waiting for its ticker")
+		}, poll.WithDelay(time.Millisecond))
+		clk.Step(renewInterval)
+		l := <-looks
+		assert.Equal(t, l.at, start.Add(time.Duration(i)*renewInterval), "look %d", i)
+		assert.Assert(t, !l.deadline.IsZero() && l.deadline.Sub(time.Now()) <= joinTimeout, "look %d: the renewal is not bounded by joinTimeout (deadline %s)", i, l.deadline)
+	}
+	cancel()
+	<-stopped
+	assert.Equal(t, len(results), 0)
 }
