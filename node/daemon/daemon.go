@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -30,7 +31,6 @@ import (
 	"liken.sh/liken/internal/lastwrite"
 	"liken.sh/liken/internal/trust"
 	"liken.sh/liken/internal/worker"
-	"liken.sh/liken/node/drain"
 	"liken.sh/liken/node/slots"
 )
 
@@ -73,6 +73,10 @@ type Daemon struct {
 	stop context.CancelCauseFunc
 	wg   sync.WaitGroup
 
+	// mu guards what follows: what actors (a download, a drain, a
+	// re-check, the trial timer) and actions report, which observe reads
+	// for the next decision. It is never held across an API call, a
+	// command, or a write of the boot loader.
 	mu sync.Mutex
 	// st is the state on disk; change it only through update.
 	st   *diskState
@@ -81,20 +85,26 @@ type Daemon struct {
 	confusion string
 	// rebooting is set once a reboot was asked for: nothing more happens.
 	rebooting bool
+	// committing is set while a trial's commit is under way: the trial
+	// timer leaves it alone.
+	committing bool
 
 	dl        *download
 	dlFailure *downloadFailure
 
-	turn         *turnHandle
-	drainBlocked *drain.Blocked
-	// staleLedger is the cache's Cluster (compared by identity: the
-	// informer replaces an object it updates) whose ledger granted a turn
-	// the API server no longer grants: no turn starts from it.
+	// run is the reboot turn this liken-node runs; runCtx ends its actors.
+	run       *turnRun
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	// actors counts the turn's actors still running (those of a turn
+	// given back may still be stopping).
+	actors      int
 	staleLedger *likenv1.Cluster
+	// downWaitingFor says why a leader holding its turn did not go down
+	// at its last try (ControlPlaneHealth.SafeToStop).
+	downWaitingFor string
 
-	configErr     error
-	configRetryAt time.Time
-	configBackoff time.Duration
+	config configFailure
 	// slotErr says the slot store disagrees with the boot loader and
 	// could not be repaired at start (reconcileSlots).
 	slotErr error
@@ -103,28 +113,18 @@ type Daemon struct {
 	// succeeds clears it; until then the machine is Degraded.
 	bootErr error
 
-	// turnsRunning counts turn goroutines still running (one that was
-	// given back may still be stopping).
-	turnsRunning int
 	// pendingEvents wait for the next reconcile, which has the objects.
 	pendingEvents []pendingEvent
-
-	// k3sWaitingFor says what a RestartK3s turn waits for after the
-	// restart.
-	k3sWaitingFor string
-	// downWaitingFor says why a leader holding its turn does not go down
-	// yet (reboot or restart of its control plane): the datastore would
-	// not keep its majority (ControlPlaneHealth.SafeToStop).
-	downWaitingFor string
-	// controlPlaneErr is what the last reconcile found wrong with a
-	// leader's own control plane (nil: healthy, or no control plane).
-	controlPlaneErr error
+	// retry holds, per action key, when a failed action may run again.
+	retry      map[string]time.Time
+	uncordoned *corev1.Node
 
 	trialTimer          clock.Timer
 	trialWaitingFor     string
 	statusWrittenInBoot bool
 	lastProgressWrite   time.Time
 	lastStatusErr       error
+	statusRefusedAt     string
 	// written is the Machine as the last status writes returned it,
 	// newer than the informer's copy until the informer delivers them.
 	written lastwrite.Writes[*likenv1.Machine]
@@ -276,8 +276,8 @@ func (d *Daemon) finish(ctx context.Context, log klog.Logger) error {
 	if d.dl != nil {
 		d.dl.cancel()
 	}
-	if d.turn != nil {
-		d.turn.cancel()
+	if d.runCancel != nil {
+		d.runCancel()
 	}
 	if d.trialTimer != nil {
 		d.trialTimer.Stop()
@@ -396,9 +396,16 @@ func withKindCluster(o runtime.Object) runtime.Object {
 	return c
 }
 
-// update changes the state on disk under d.mu and keeps it in memory only
-// once it is written.
+// update changes the state on disk and keeps it in memory only once it
+// is written.
 func (d *Daemon) update(change func(st *diskState)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.updateLocked(change)
+}
+
+// updateLocked is update with d.mu held.
+func (d *Daemon) updateLocked(change func(st *diskState)) error {
 	next := d.st.clone()
 	change(next)
 	if err := next.save(d.o.Root); err != nil {

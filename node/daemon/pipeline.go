@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/slots"
 	"liken.sh/liken/release"
 )
@@ -39,134 +38,6 @@ type pendingEvent struct {
 	typ, reason, action, note string
 }
 
-// catalogTarget is the release the Cluster wants, or nil when it runs it
-// already or the catalog does not name it.
-func (d *Daemon) catalogTarget(c *likenv1.Cluster) *release.Target {
-	if c.Spec.Version == "" || c.Spec.Version == d.o.Boot.Version {
-		return nil
-	}
-	for _, e := range c.Spec.Releases.Catalog {
-		if e.Version == c.Spec.Version {
-			return &release.Target{Version: e.Version, Digest: e.Digest}
-		}
-	}
-	return nil
-}
-
-// syncRelease runs the release pipeline: download the Cluster's version
-// into the other slot, verify and stage it; withdraw a release the Cluster
-// no longer wants. Call with d.mu held.
-func (d *Daemon) syncRelease(ctx context.Context, v *view) {
-	log := klog.FromContext(ctx)
-	for _, e := range d.pendingEvents {
-		d.event(v.m, v.c, e.typ, e.reason, e.action, "%s", e.note)
-	}
-	d.pendingEvents = nil
-	v.target = d.catalogTarget(v.c)
-	other := d.slots.Other()
-	oi, _ := d.slots.Get(other)
-
-	// A failed trial holds the release back until the version changes or
-	// a person resumes the rollout after the failure. The resume value
-	// that counts is the Cluster's when the failure is first seen here:
-	// a resume given while the trial ran (for another machine's halt)
-	// does not clear a failure nobody has seen yet.
-	if f := d.st.TrialFailure; f != nil {
-		resume := v.c.Annotations[likenv1.AnnotationResumeRollout]
-		if f.ResumeUnseen {
-			if resume != f.Resume {
-				log.Info("The rollout was resumed while the trial ran; the failure still holds the release back until the next resume", "failed", f.Version, "armedWith", f.Resume, "resume", resume)
-			}
-			if err := d.update(func(st *diskState) {
-				st.TrialFailure.Resume, st.TrialFailure.ResumeUnseen = resume, false
-			}); err != nil {
-				log.Error(err, "Recording the resume value the failed trial is first reported under; retried at the next sync")
-			}
-			f = d.st.TrialFailure
-			if f.ResumeUnseen {
-				// Not saved: this sync holds the release anyway.
-				unsaved := *f
-				unsaved.Resume, unsaved.ResumeUnseen = resume, false
-				f = &unsaved
-			}
-		}
-		if v.target != nil && f.Version == v.target.Version && f.Digest == v.target.Digest && resume == f.Resume {
-			v.failedTrial = f
-		} else {
-			log.Info("Clearing the failed trial: the Cluster wants another release or the rollout was resumed", "failed", f.Version)
-			if err := d.update(func(st *diskState) { st.TrialFailure = nil }); err != nil {
-				log.Error(err, "Clearing the failed trial")
-			}
-		}
-	}
-
-	if h := d.turn; h != nil {
-		// During a turn the release it reboots into stays staged, even
-		// when the re-check before the reboot marks the slot Failed (the
-		// machine then reboots without a trial); only a new target
-		// changes what is staged, and the turn is given back.
-		v.staged = v.target != nil && h.release != nil && *h.release == *v.target
-		return
-	}
-	if d.mode != modeNormal || d.st.Turn != nil {
-		// No slot changes during a trial, nor on a boot that is not the
-		// proven slot.
-		v.staged = v.target != nil && oi.State == likenv1.SlotStaged && oi.Target() == *v.target
-		v.downloading = d.dl != nil
-		return
-	}
-
-	switch {
-	case v.target == nil || v.failedTrial != nil:
-		d.cancelDownload()
-		d.dlFailure = nil
-		if v.target == nil && v.c.Spec.Version == d.o.Boot.Version && (oi.State == likenv1.SlotStaged || oi.State == likenv1.SlotDownloading) {
-			if err := d.slots.Withdraw(other); err != nil {
-				log.Error(err, "Withdrawing the release the Cluster no longer wants", "slot", other)
-			} else {
-				log.Info("Withdrew the release the Cluster no longer wants", "slot", other, "release", oi.Version)
-				d.event(v.m, v.c, "Normal", ReasonReleaseWithdrawn, "Withdraw", "Withdrew release %s from slot %s: the Cluster's version is %s, which this machine runs", oi.Version, other, v.c.Spec.Version)
-			}
-		}
-	case oi.State == likenv1.SlotStaged && oi.Target() == *v.target:
-		v.staged = true
-		if d.dl != nil && d.dl.target != *v.target {
-			d.cancelDownload()
-		}
-		// A download of this target that just staged it reports itself.
-		d.dlFailure = nil
-	case d.dl != nil && d.dl.target == *v.target:
-		v.downloading = true
-	default:
-		if d.dl != nil {
-			log.Info("Retarget: stopping the download of a release the Cluster no longer wants", "old", d.dl.target.Version, "new", v.target.Version)
-			d.event(v.m, v.c, "Normal", ReasonReleaseWithdrawn, "Withdraw", "Stopped downloading release %s: the Cluster's version is now %s, downloaded into the same slot", d.dl.target.Version, v.target.Version)
-			d.cancelDownload()
-		} else if oi.State == likenv1.SlotStaged {
-			d.event(v.m, v.c, "Normal", ReasonReleaseWithdrawn, "Withdraw", "Withdrew staged release %s from slot %s: the Cluster's version is now %s", oi.Version, other, v.target.Version)
-		}
-		if f := d.dlFailure; f != nil && f.target == *v.target && v.now.Before(f.retryAt) {
-			v.requeue(f.retryAt.Sub(v.now))
-			break
-		}
-		if f := d.dlFailure; f != nil && f.target != *v.target {
-			d.dlFailure = nil
-		}
-		d.startDownload(ctx, v, other)
-		v.downloading = true
-	}
-	if f := d.dlFailure; f != nil && !f.reported && v.target != nil && f.target == *v.target {
-		f.reported = true
-		file := release.FileOf(f.err)
-		if file == "" {
-			file = "the release as a whole"
-		}
-		d.event(v.m, v.c, "Warning", ReasonReleaseFailed, "Download",
-			"Release %s, %s: %s (%v). Nothing was staged; retrying in %s",
-			f.target.Version, file, reasonOf(f.err), f.err, f.retryAt.Sub(v.now).Round(time.Second))
-	}
-}
-
 func reasonOf(err error) string {
 	if r := release.ReasonOf(err); r != "" {
 		return string(r)
@@ -182,22 +53,25 @@ func (d *Daemon) cancelDownload() {
 	}
 }
 
-// startDownload fetches v.target into slot in the background. Call with
-// d.mu held.
-func (d *Daemon) startDownload(ctx context.Context, v *view, slot string) {
-	log := klog.FromContext(ctx).WithValues("release", v.target.Version, "slot", slot)
+// startDownload fetches target into slot in the background; downloadDone
+// records how it ended.
+func (d *Daemon) startDownload(ctx context.Context, f *facts, target release.Target, slot string) {
+	log := klog.FromContext(ctx).WithValues("release", target.Version, "slot", slot)
+	source, caBundle := f.C.Spec.Releases.Source, f.C.Spec.Settings.CABundle
 	dctx, cancel := context.WithCancel(ctx)
-	dl := &download{target: *v.target, slot: slot, cancel: cancel, started: v.now}
+	dl := &download{target: target, slot: slot, cancel: cancel, started: f.Now}
+	d.mu.Lock()
+	if fl := d.dlFailure; fl != nil && fl.target != target {
+		d.dlFailure = nil
+	}
 	d.dl = dl
-	source, caBundle := v.c.Spec.Releases.Source, v.c.Spec.Settings.CABundle
+	d.mu.Unlock()
 	log.Info("Downloading release into the other slot", "source", source)
-	d.event(v.m, v.c, "Normal", ReasonDownloadStarted, "Download", "Downloading release %s from %s into slot %s", v.target.Version, source, slot)
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	d.event(f.M, f.C, "Normal", ReasonDownloadStarted, "Download", "Downloading release %s from %s into slot %s", target.Version, source, slot)
+	d.wg.Go(func() {
 		err := d.runDownload(klog.NewContext(dctx, log), dl, source, caBundle)
 		d.downloadDone(ctx, dl, err)
-	}()
+	})
 }
 
 func (d *Daemon) runDownload(ctx context.Context, dl *download, source, caBundle string) error {
@@ -209,13 +83,12 @@ func (d *Daemon) runDownload(ctx context.Context, dl *download, source, caBundle
 	// No byte goes into the inactive slot while the boot loader could
 	// still try it: a power cut mid-write would boot half a release.
 	d.mu.Lock()
-	var safe error
-	if d.turn != nil || d.st.Trial != nil {
-		safe = errors.New("a turn or a trial is under way")
-	} else {
+	busy := d.run != nil || d.st.Trial != nil
+	d.mu.Unlock()
+	safe := errors.New("a turn or a trial is under way")
+	if !busy {
 		safe = d.disarmLeftovers(ctx)
 	}
-	d.mu.Unlock()
 	if safe != nil {
 		return fmt.Errorf("not writing into slot %s while the next boot might try it: %w", dl.slot, safe)
 	}

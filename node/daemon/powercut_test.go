@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -329,47 +330,62 @@ func (r *rebootRecorder) Reboot(context.Context) error {
 	return daemon.ErrRebooted
 }
 
-// TestWatchdogStopsAtTheTrialDeadline: a trial boot whose reconcile hangs
-// (here a Live change whose apply never returns) keeps the trial
-// timer from rebooting, since it waits for the same lock; the watchdog is
-// then no longer fed once the deadline passes, so it resets the machine
-// into the proven slot.
-func TestWatchdogStopsAtTheTrialDeadline(t *testing.T) {
-	e := newEnv(t, likenv1.RebootAuto)
-	e.editCluster(func(c *likenv1.Cluster) {
-		c.Spec.Version = v2
-		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: time.Second}
-	})
-	r := e.start()
-	e.waitPhase(likenv1.MachineUpdatePending)
-	e.setNodeReady(false)
-	e.grant()
-	waitExit(t, r)
+// TestTrialEndsWhileItsReconcileHangs: a trial boot whose reconcile hangs
+// (here a Live change whose apply never returns) is still ended at its
+// deadline: the trial timer takes no lock the reconcile holds. When the
+// reboot then fails too, the watchdog is no longer fed once the deadline
+// passed, so it resets the machine into the proven slot.
+func TestTrialEndsWhileItsReconcileHangs(t *testing.T) {
+	for _, rebootFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reboot fails=%t", rebootFails), func(t *testing.T) {
+			e := newEnv(t, likenv1.RebootAuto)
+			e.editCluster(func(c *likenv1.Cluster) {
+				c.Spec.Version = v2
+				c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: time.Second}
+			})
+			r := e.start()
+			e.waitPhase(likenv1.MachineUpdatePending)
+			e.setNodeReady(false)
+			e.grant()
+			waitExit(t, r)
 
-	// The trial boot applies a Live change at once, and the apply hangs.
-	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.NTPServers = []string{"ntp.example.com"} })
-	hung := make(chan struct{})
-	a := &liveHangs{Recorder: e.m.Recorder, hung: hung}
-	wd := &watchdog.Fake{}
-	o := e.options()
-	o.Applier = a
-	o.Watchdog = wd
-	o.Timing.WatchdogFeed = 20 * time.Millisecond
-	r = e.m.Start(t, o)
-	assert.Assert(t, r.Boot.Trial)
-	<-hung
-	deadline := time.Now().Add(time.Second)
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		fed, disarmed := wd.State()
-		assert.Assert(t, !disarmed, "a trial that did not commit disarmed the watchdog")
-		if last := wd.LastKeepalive(); fed > 0 && time.Now().After(deadline) && time.Since(last) > 10*o.Timing.WatchdogFeed {
-			return poll.Success()
-		}
-		return poll.Continue("the watchdog is still fed (%d times)", fed)
-	}, poll.WithTimeout(5*time.Second), poll.WithDelay(20*time.Millisecond))
-	exited, _ := r.Exited()
-	assert.Assert(t, !exited, "the trial timer rebooted although the reconcile holds the lock")
+			// The trial boot applies a Live change at once, and the apply hangs.
+			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.NTPServers = []string{"ntp.example.com"} })
+			hung := make(chan struct{})
+			wd := &watchdog.Fake{}
+			o := e.options()
+			o.Applier = &liveHangs{Recorder: e.m.Recorder, hung: hung}
+			o.Watchdog = wd
+			o.Timing.WatchdogFeed = 20 * time.Millisecond
+			if rebootFails {
+				o.Rebooter = refusingRebooter{}
+			}
+			r = e.m.Start(t, o)
+			assert.Assert(t, r.Boot.Trial)
+			<-hung
+			deadline := time.Now().Add(time.Second)
+			if !rebootFails {
+				assert.ErrorIs(t, r.Wait(), daemon.ErrRebooted)
+				_, disarmed := wd.State()
+				assert.Assert(t, !disarmed, "a trial that did not commit disarmed the watchdog")
+				return
+			}
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				fed, disarmed := wd.State()
+				assert.Assert(t, !disarmed, "a trial that did not commit disarmed the watchdog")
+				if last := wd.LastKeepalive(); fed > 0 && time.Now().After(deadline) && time.Since(last) > 10*o.Timing.WatchdogFeed {
+					return poll.Success()
+				}
+				return poll.Continue("the watchdog is still fed (%d times)", fed)
+			}, poll.WithTimeout(5*time.Second), poll.WithDelay(20*time.Millisecond))
+		})
+	}
 }
+
+// refusingRebooter is a machine whose reboot fails.
+type refusingRebooter struct{}
+
+func (refusingRebooter) Reboot(context.Context) error { return errors.New("the reboot was refused") }
 
 // liveHangs is the machine's Recorder whose ApplyLive hangs until its
 // context ends, closing hung when it starts.

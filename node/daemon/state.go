@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"liken.sh/liken/internal/atomicfile"
@@ -122,6 +123,25 @@ type k3sFailure struct {
 	// Resume is the Cluster's liken.sh/resume-rollout value at the
 	// failure; a new value lets the machine try the same value again.
 	Resume string `json:"resume,omitempty"`
+}
+
+// message says what failed and what to do, for the Machine's
+// ConfigApplied condition and the event.
+func (f *k3sFailure) message(cluster string) string {
+	what := fieldsOrConfig(f.Fields)
+	return fmt.Sprintf("the restart of k3s for %s (change %s) did not bring the node back Ready within %s (%s); liken restarted k3s with the configuration it ran before, and no other machine restarts k3s for this change. Correct %s in the Machine or Cluster %s, or run `liken rollout resume %s` to try the same value again",
+		what, f.Change, time.Duration(f.Timeout), f.Reason, what, cluster, cluster)
+}
+
+// fieldsOrConfig names the fields a restart of k3s is for. A restart
+// with no field that differs from Applied (k3s restarted again because a
+// turn was given back before its restart was confirmed) names the
+// declared configuration.
+func fieldsOrConfig(fields []string) string {
+	if len(fields) == 0 {
+		return "the declared configuration"
+	}
+	return strings.Join(fields, ", ")
 }
 
 // trialRecord is a trial boot armed by the turn.

@@ -1,36 +1,32 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/node/changes"
 )
 
-// phase is the machine's one-word state. Call with d.mu held.
-func (d *Daemon) phase(v *view) likenv1.MachinePhase {
+// phase is the machine's one-word state.
+func phase(f *facts, v *view) likenv1.MachinePhase {
 	switch {
-	case d.mode == modeTrial:
+	case f.Mode == modeTrial:
 		return likenv1.MachineUpdating
-	case d.turn != nil:
-		if d.turn.release != nil {
+	case f.Run != nil:
+		if f.Run.Release != nil {
 			return likenv1.MachineUpdating
 		}
 		return likenv1.MachineRebooting
-	case d.degraded(v) != "":
+	case degraded(f, v) != "":
 		return likenv1.MachineDegraded
-	case d.k3sHeld() != nil:
+	case k3sHeld(f) != nil:
 		// A RestartK3s turn: k3s restarts in place.
 		return likenv1.MachineRebooting
 	case v.downloading:
@@ -46,59 +42,54 @@ func (d *Daemon) phase(v *view) likenv1.MachinePhase {
 	return likenv1.MachineReady
 }
 
-// desiredStatus is what the machine reports. Call with d.mu held.
-func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStatus {
+// machineStatus is what the machine reports: the status half of the plan.
+func machineStatus(f *facts, v *view) likenv1.MachineStatus {
 	m := v.m
 	st := likenv1.MachineStatus{
-		Phase:                 d.phase(v),
-		Version:               d.o.Boot.Version,
-		Slot:                  string(d.o.Boot.Slot),
-		ObservedRebootRequest: d.st.ObservedRebootRequest,
+		Phase:                 phase(f, v),
+		Version:               f.Boot.Version,
+		Slot:                  string(f.Boot.Slot),
+		ObservedRebootRequest: f.St.ObservedRebootRequest,
 		ObservedGeneration:    m.Generation,
 		Conditions:            append([]metav1.Condition(nil), m.Status.Conditions...),
 	}
-	for _, s := range d.slots.Slots() {
+	for _, s := range f.Slots {
 		st.Slots = append(st.Slots, likenv1.SlotStatus{Name: s.Name, State: s.State, Version: s.Version, Digest: s.Digest})
 		if s.Name != st.Slot && s.State == likenv1.SlotStaged {
 			st.Staged = s.Version
 		}
 	}
-	if dl := d.dl; dl != nil {
-		st.Download = &likenv1.DownloadProgress{Version: dl.target.Version, BytesDone: dl.done, BytesTotal: dl.total}
+	if dl := f.Download; dl != nil {
+		st.Download = &likenv1.DownloadProgress{Version: dl.Target.Version, BytesDone: dl.Done, BytesTotal: dl.Total}
 	}
 	switch {
-	case d.mode == modeTrial || d.turn != nil:
+	case f.Mode == modeTrial || f.Run != nil:
 		// Keep reporting the change the turn was granted for.
 		st.Change = v.change
-		if d.turn != nil {
-			st.Change = d.turn.change
-		} else if d.st.Turn != nil {
-			st.Change = d.st.Turn.Change
+		if f.Run != nil {
+			st.Change = f.Run.Change
+		} else if f.St.Turn != nil {
+			st.Change = f.St.Turn.Change
 		}
 		st.Pending = v.pending
-	case d.k3sHeld() != nil:
+	case k3sHeld(f) != nil:
 		// Reported until the node is Ready again, whatever else waits.
-		st.Change = d.k3sHeld().Change
+		st.Change = k3sHeld(f).Change
 		st.Pending = v.pending
 	default:
 		st.Pending = v.pending
-		if d.asking(v) {
+		if asking(f, v) {
 			st.Change = v.change
 		}
 	}
-	applied := changes.Config{}
-	if d.st.Applied != nil {
-		applied = *d.st.Applied
-	}
-	if o, err := d.o.Observer.Observe(ctx, applied); err != nil {
-		klog.FromContext(ctx).Error(err, "Observing the machine failed")
+	if f.ObserveErr != nil {
 		st.Observed = m.Status.Observed
 	} else {
-		st.Observed = o
+		st.Observed = *f.Observed.DeepCopy()
 	}
-	st.Observed.BootID = d.o.Boot.BootID
-	if st.Observed.LastBoot == nil && !d.st.BootSeen.IsZero() {
-		t := apiTime(d.st.BootSeen)
+	st.Observed.BootID = f.Boot.BootID
+	if st.Observed.LastBoot == nil && !f.St.BootSeen.IsZero() {
+		t := apiTime(f.St.BootSeen)
 		st.Observed.LastBoot = &t
 	}
 
@@ -109,11 +100,11 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 	if st.Phase == likenv1.MachineReady {
 		set(likenv1.ConditionReady, metav1.ConditionTrue, "Ready", fmt.Sprintf("runs release %s with nothing pending", st.Version))
 	} else {
-		set(likenv1.ConditionReady, metav1.ConditionFalse, string(st.Phase), d.phaseMessage(v, st))
+		set(likenv1.ConditionReady, metav1.ConditionFalse, string(st.Phase), phaseMessage(f, v, st))
 	}
 	// RebootPending.
 	switch {
-	case d.k3sHeld() != nil:
+	case k3sHeld(f) != nil:
 		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "TurnTaken", fmt.Sprintf("the machine holds its turn for change %s: k3s restarts in place (no cordon, no drain, no reboot)", st.Change))
 	case st.Phase == likenv1.MachineRebootPending && v.k3sTurn:
 		// No approval: rebootPolicy governs reboots, and a k3s restart
@@ -146,19 +137,20 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 		set(likenv1.ConditionTrialFailed, metav1.ConditionFalse, "NoFailedTrial", "no trial failure to report")
 	}
 	// DrainBlocked.
-	if b := d.drainBlocked; b != nil && d.turn != nil {
+	if r := f.Run; r != nil && r.Blocked != nil {
+		b := r.Blocked
 		set(likenv1.ConditionDrainBlocked, metav1.ConditionTrue, likenv1.ConditionDrainBlocked, b.Message(m.Name, v.c.Spec.Disruption.DrainTimeoutOrDefault()))
 	} else {
 		set(likenv1.ConditionDrainBlocked, metav1.ConditionFalse, "NotBlocked", "no drain is blocked")
 	}
 	// ReleaseVerified.
-	switch f := d.dlFailure; {
+	switch fl := f.DownloadFailure; {
 	case v.failedTrial != nil:
 		set(likenv1.ConditionReleaseVerified, metav1.ConditionFalse, likenv1.ReasonTrialFailed,
 			fmt.Sprintf("release %s verified, but its trial failed (see TrialFailed); slot %s is marked Failed and nothing is staged", v.failedTrial.Version, v.failedTrial.Slot))
-	case v.target != nil && f != nil && f.target == *v.target:
-		set(likenv1.ConditionReleaseVerified, metav1.ConditionFalse, reasonOf(f.err),
-			fmt.Sprintf("%v; nothing staged, attempt %d, next try at %s", f.err, f.attempts, f.retryAt.UTC().Format("15:04:05")))
+	case v.target != nil && fl != nil && fl.target == *v.target:
+		set(likenv1.ConditionReleaseVerified, metav1.ConditionFalse, reasonOf(fl.err),
+			fmt.Sprintf("%v; nothing staged, attempt %d, next try at %s", fl.err, fl.attempts, fl.retryAt.UTC().Format("15:04:05")))
 	case v.staged:
 		set(likenv1.ConditionReleaseVerified, metav1.ConditionTrue, "Verified", fmt.Sprintf("release %s (%s) verified and staged in slot %s", v.target.Version, v.target.Digest, otherSlot(st.Slot)))
 	case v.target == nil && v.c.Spec.Version == st.Version:
@@ -167,8 +159,8 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 		set(likenv1.ConditionReleaseVerified, metav1.ConditionUnknown, "Downloading", fmt.Sprintf("downloading release %s", v.target.Version))
 	}
 	// ControlPlaneReady, on a leader only.
-	if d.o.ControlPlane != nil {
-		if err := d.controlPlaneErr; err != nil {
+	if f.Leader {
+		if err := f.ControlPlaneErr; err != nil {
 			set(likenv1.ConditionControlPlaneReady, metav1.ConditionFalse, ReasonControlPlaneNotReady,
 				err.Error()+"; cluster-operator counts this leader as down, so no other leader takes a turn. On the machine, journalctl -u etcd -u kube-apiserver says more")
 		} else {
@@ -176,10 +168,10 @@ func (d *Daemon) desiredStatus(ctx context.Context, v *view) likenv1.MachineStat
 		}
 	}
 	// ConfigApplied.
-	if d.configErr != nil {
-		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, d.configErr.Error()+"; correct the value in the Machine or Cluster, liken retries")
-	} else if f := d.st.K3sFailure; f != nil {
-		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, f.message(v.c.Name))
+	if f.Config.Err != nil {
+		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, f.Config.Err.Error()+"; correct the value in the Machine or Cluster, liken retries")
+	} else if kf := f.St.K3sFailure; kf != nil {
+		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, kf.message(v.c.Name))
 	} else if len(v.k3s) > 0 {
 		msg := fmt.Sprintf("applied, except %s, which wait for this machine's turn to restart k3s (see the RebootPending condition)", strings.Join(changes.Paths(v.k3s), ", "))
 		if !v.k3sTurn {
@@ -209,10 +201,10 @@ func pendingFields(p []likenv1.PendingChange) string {
 	return strings.Join(f, ", ")
 }
 
-func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
+func phaseMessage(f *facts, v *view, st likenv1.MachineStatus) string {
 	switch st.Phase {
 	case likenv1.MachineDegraded:
-		return d.degraded(v)
+		return degraded(f, v)
 	case likenv1.MachineDownloading:
 		if st.Download != nil {
 			return fmt.Sprintf("downloading release %s into slot %s; status.download has the progress", st.Download.Version, otherSlot(st.Slot))
@@ -224,77 +216,30 @@ func (d *Daemon) phaseMessage(v *view, st likenv1.MachineStatus) string {
 		}
 		return "a change waits for a reboot; see the RebootPending condition"
 	case likenv1.MachineUpdating:
-		if d.mode == modeTrial {
-			return fmt.Sprintf("trial boot of slot %s: not committed yet, because %s", st.Slot, d.trialWaitingFor)
+		if f.Mode == modeTrial {
+			return fmt.Sprintf("trial boot of slot %s: not committed yet, because %s", st.Slot, v.trialWaitsFor)
 		}
-		if d.downWaitingFor != "" {
-			return "drained; the reboot into the new release waits, because " + d.downWaitingFor
+		if f.DownWaitingFor != "" {
+			return "drained; the reboot into the new release waits, because " + f.DownWaitingFor
 		}
 		return "cordon, drain and reboot into the new release"
 	case likenv1.MachineRebooting:
-		if t := d.k3sHeld(); t != nil {
+		if t := k3sHeld(f); t != nil {
 			switch {
-			case t.RestartedAt.IsZero() && d.downWaitingFor != "":
-				return "the restart of k3s in its turn waits, because " + d.downWaitingFor
+			case t.RestartedAt.IsZero() && f.DownWaitingFor != "":
+				return "the restart of k3s in its turn waits, because " + f.DownWaitingFor
 			case t.RestartedAt.IsZero():
 				return "restarting k3s in place in its turn (no cordon, no drain, no reboot)"
 			}
 			return fmt.Sprintf("restarted k3s in place in its turn; the turn ends once the node is Ready again (k3s restarts with the configuration it ran before at %s): %s",
-				t.RestartedAt.Add(v.c.Spec.Disruption.TrialTimeoutOrDefault()).UTC().Format("15:04:05"), d.k3sWaitingFor)
+				t.RestartedAt.Add(v.c.Spec.Disruption.TrialTimeoutOrDefault()).UTC().Format("15:04:05"), v.k3sWaitsFor)
 		}
-		if d.downWaitingFor != "" {
-			return "drained; the reboot waits, because " + d.downWaitingFor
+		if f.DownWaitingFor != "" {
+			return "drained; the reboot waits, because " + f.DownWaitingFor
 		}
 		return "cordon, drain and reboot"
 	}
 	return string(st.Phase)
-}
-
-// writeStatus writes the status when it differs from what the API holds;
-// progress alone is written at most every Timing.Progress. In a trial boot
-// the first write happens even with nothing new: it proves the daemon
-// reaches the API server. Call with d.mu held.
-func (d *Daemon) writeStatus(ctx context.Context, v *view) error {
-	st, err := apiPrecision(d.desiredStatus(ctx, v))
-	if err != nil {
-		return err
-	}
-	cur := v.m.Status
-	force := d.mode == modeTrial && !d.statusWrittenInBoot
-	if !force && equality.Semantic.DeepEqual(st, cur) {
-		return nil
-	}
-	if !force && st.Download != nil && cur.Download != nil {
-		same := st
-		same.Download = cur.Download
-		if equality.Semantic.DeepEqual(same, cur) {
-			if wait := d.t.Progress - d.clock.Since(d.lastProgressWrite); wait > 0 {
-				v.requeue(wait)
-				return nil
-			}
-		}
-	}
-	m := v.m.DeepCopy()
-	m.Status = st
-	out, err := d.o.Liken.LikenV1alpha1().Machines().UpdateStatus(ctx, m, metav1.UpdateOptions{FieldManager: FieldManager})
-	if err != nil {
-		d.lastStatusErr = err
-		d.written.Forget(key)
-		if apierrors.IsConflict(err) {
-			// The cache is behind; the update event brings a new reconcile.
-			v.requeue(d.t.APIRetry)
-			return nil
-		}
-		return fmt.Errorf("writing the Machine's status: %w", err)
-	}
-	d.lastStatusErr = nil
-	d.written.Wrote(key, v.m.ResourceVersion, out)
-	d.statusWrittenInBoot = true
-	if st.Download != nil {
-		d.lastProgressWrite = d.clock.Now()
-	}
-	klog.FromContext(ctx).V(2).Info("Status written", "phase", st.Phase, "change", st.Change)
-	return nil
 }
 
 // apiTime is t as the API server keeps a metav1.Time: to the second, in UTC.

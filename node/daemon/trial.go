@@ -10,14 +10,14 @@ import (
 	"k8s.io/klog/v2"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/slots"
 )
 
 // startBoot opens the slot store and the daemon state and works out what
 // this boot is, from disk alone (classifyBoot decides, startBoot does the
 // writes): a trial boot starts its timer here, so it returns to the proven
-// slot in time even with no API server.
+// slot in time even with no API server. Run calls it before anything else
+// of the daemon runs.
 func (d *Daemon) startBoot(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	store, err := slots.Open(ctx, d.o.Root, string(d.o.Boot.Slot), slots.WithClock(d.clock), slots.WithBootPartition(d.o.BootPartition))
@@ -29,8 +29,6 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.st = st
 	f := bootFacts{State: st, Boot: d.o.Boot, Now: d.clock.Now()}
 	f.Loader, f.LoaderErr = d.o.Bootloader.State()
@@ -62,7 +60,7 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	d.pendingEvents = append(d.pendingEvents, p.Events...)
 	if p.ApplyAtBoot != nil {
 		if err := d.o.Applier.Boot(ctx, *p.ApplyAtBoot); err != nil {
-			// Kept until a retry succeeds (syncConfig): the machine reads
+			// Kept until a retry succeeds (decideConfig): the machine reads
 			// Degraded with ConfigApplied=False meanwhile.
 			d.bootErr = fmt.Errorf("applying the configuration at boot: %w", err)
 			log.Error(err, "Applying the configuration at boot failed")
@@ -85,7 +83,7 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 		// init armed for this boot is not needed.
 		d.disarmWatchdog(ctx)
 	}
-	log.Info("Boot examined", "mode", d.modeName())
+	log.Info("Boot examined", "mode", d.mode.String())
 	return nil
 }
 
@@ -93,8 +91,7 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 // proves slot proven: a store that disagrees (an unreadable state file
 // replaced during a trial) would refuse to record a failed trial and to
 // download again. What it repaired is reported in a Warning event; a
-// repair that could not be written keeps the machine Degraded. Call with
-// d.mu held.
+// repair that could not be written keeps the machine Degraded.
 func (d *Daemon) reconcileSlots(ctx context.Context, proven string) {
 	log := klog.FromContext(ctx)
 	changed, err := d.slots.Reconcile(proven)
@@ -128,7 +125,7 @@ func settleTurn(st *diskState) {
 // repairs the two copies of the boot state, and says whether it is safe
 // to write into the inactive slot: never while a trial is armed, since a
 // power cut in the middle of the write would trial-boot half-written
-// bytes. Call with d.mu held, with no turn under way.
+// bytes. Call with no turn under way.
 func (d *Daemon) disarmLeftovers(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	bs, err := d.o.Bootloader.State()
@@ -160,8 +157,8 @@ func (d *Daemon) disarmLeftovers(ctx context.Context) error {
 	return nil
 }
 
-func (d *Daemon) modeName() string {
-	return [...]string{"normal", "trial", "confused"}[d.mode]
+func (m bootMode) String() string {
+	return [...]string{"normal", "trial", "confused"}[m]
 }
 
 // trialDeadline is when the trial gives up: the trial timeout counted from
@@ -180,7 +177,6 @@ func (tr *trialRecord) deadline() time.Time {
 }
 
 // startTrialTimer arms the timer that ends a trial that did not commit.
-// Call with d.mu held.
 func (d *Daemon) startTrialTimer(ctx context.Context) {
 	tr := d.st.Trial
 	wait := tr.deadline().Sub(d.clock.Now())
@@ -198,7 +194,9 @@ func (d *Daemon) startTrialTimer(ctx context.Context) {
 func (d *Daemon) trialExpired(ctx context.Context) {
 	log := klog.FromContext(ctx)
 	d.mu.Lock()
-	if d.mode != modeTrial || d.rebooting || ctx.Err() != nil {
+	if d.mode != modeTrial || d.rebooting || d.committing || ctx.Err() != nil {
+		// A commit under way hands the trial back when it fails
+		// (trialTimerAfterCommitFailed).
 		d.mu.Unlock()
 		return
 	}
@@ -207,7 +205,7 @@ func (d *Daemon) trialExpired(ctx context.Context) {
 	if reason == "" {
 		reason = fmt.Sprintf("the trial boot of slot %s (release %s) did not rejoin the cluster within the trial timeout (%s): %s", tr.Slot, tr.Version, time.Duration(tr.Timeout), d.trialWaitingFor)
 	}
-	if err := d.update(func(st *diskState) { st.Trial.Failure = reason }); err != nil {
+	if err := d.updateLocked(func(st *diskState) { st.Trial.Failure = reason }); err != nil {
 		log.Error(err, "Recording the trial failure before the reboot")
 	}
 	d.rebooting = true
@@ -232,35 +230,18 @@ func (d *Daemon) reboot(ctx context.Context) error {
 	return err
 }
 
-// commitTrial makes the trial slot the proven one: the boot loader first
-// (from then on a reboot boots the new slot), then the slot store, then
-// the daemon state. A crash between the steps is finished at the next
-// start. Call with d.mu held.
-func (d *Daemon) commitTrial(ctx context.Context, m *likenv1.Machine, c *likenv1.Cluster) error {
-	log := klog.FromContext(ctx)
-	tr := d.st.Trial
-	slot := boot.Slot(tr.Slot)
-	if err := d.o.Bootloader.Commit(slot); err != nil {
-		return fmt.Errorf("committing slot %s in the boot loader: %w", slot, err)
+// trialTimerAfterCommitFailed hands a trial whose commit failed back to
+// its timer: one whose deadline passed meanwhile gives up now.
+func (d *Daemon) trialTimerAfterCommitFailed(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mode != modeTrial || d.st.Trial == nil || d.clock.Now().Before(d.st.Trial.deadline()) {
+		return
 	}
-	if err := d.slots.Commit(tr.Slot); err != nil {
-		return fmt.Errorf("committing slot %s in the slot store: %w", slot, err)
-	}
-	if err := d.update(func(st *diskState) {
-		st.Trial = nil
-		st.TrialFailure = nil
-		settleTurn(st)
-	}); err != nil {
-		return err
-	}
-	d.mode = modeNormal
 	if d.trialTimer != nil {
 		d.trialTimer.Stop()
 	}
-	d.disarmWatchdog(ctx)
-	log.Info("Trial succeeded; slot committed as proven", "slot", slot, "release", tr.Version)
-	d.event(m, c, "Normal", ReasonTrialSucceeded, "Commit", "The trial of release %s in slot %s succeeded: the node is Ready and liken-node reached the API server; slot %s is now the proven slot", tr.Version, slot, slot)
-	return nil
+	d.trialTimer = d.clock.AfterFunc(0, func() { d.trialExpired(ctx) })
 }
 
 // feedWatchdog feeds the watchdog the init armed for this trial boot until
