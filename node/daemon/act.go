@@ -361,7 +361,9 @@ func (a beginK3sTurn) do(ctx context.Context, d *Daemon, f *facts) {
 // restarts it again.
 type giveBackK3sTurn struct{ change string }
 
-func (a giveBackK3sTurn) String() string { return "give back the RestartK3s turn for change " + a.change }
+func (a giveBackK3sTurn) String() string {
+	return "give back the RestartK3s turn for change " + a.change
+}
 
 func (a giveBackK3sTurn) do(ctx context.Context, d *Daemon, f *facts) {
 	log := klog.FromContext(ctx)
@@ -433,7 +435,9 @@ type rollBackK3s struct {
 	timeout time.Duration
 }
 
-func (a rollBackK3s) String() string { return "roll back the restart of k3s for change " + a.turn.Change }
+func (a rollBackK3s) String() string {
+	return "roll back the restart of k3s for change " + a.turn.Change
+}
 
 func (a rollBackK3s) do(ctx context.Context, d *Daemon, f *facts) {
 	log := klog.FromContext(ctx)

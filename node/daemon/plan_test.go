@@ -371,7 +371,7 @@ func TestDecide(t *testing.T) {
 		{name: "the ledger is read from the API server before the cordon", edit: func(f *facts) { running(f) }, want: "read the ledger before the cordon"},
 		{name: "the node is cordoned", edit: func(f *facts) { running(f).LedgerRead = true }, want: "cordon"},
 		{name: "a failed step waits for its retry",
-			edit: func(f *facts) { running(f).LedgerRead = true; retrying(f, retryTurnStep) },
+			edit:  func(f *facts) { running(f).LedgerRead = true; retrying(f, retryTurnStep) },
 			check: func(t *testing.T, _ *facts, p plan) { assert.Equal(t, p.After, time.Second) }},
 		{name: "the node is drained", edit: func(f *facts) { r := running(f); r.LedgerRead, r.Cordoned = true, true }, want: "drain"},
 		{name: "a drain under way is left to run, and a blocked one says so",
@@ -436,7 +436,10 @@ func TestDecide(t *testing.T) {
 			edit: func(f *facts) { k3sTurn(f, planNow.Add(-time.Minute)) },
 			want: "end the RestartK3s turn for change "},
 		{name: "a RestartK3s turn waits for a heartbeat after the restart",
-			edit: func(f *facts) { k3sTurn(f, planNow.Add(-time.Minute)); f.Node = planNode(corev1.ConditionTrue, planNow.Add(-2*time.Minute)) },
+			edit: func(f *facts) {
+				k3sTurn(f, planNow.Add(-time.Minute))
+				f.Node = planNode(corev1.ConditionTrue, planNow.Add(-2*time.Minute))
+			},
 			check: func(t *testing.T, f *facts, p plan) {
 				assert.Equal(t, p.After, 2*time.Second)
 				assert.Check(t, is.Contains(cond(machineStatus(f, p.v), likenv1.ConditionReady).Message, "is from before the restart of k3s"))
@@ -487,7 +490,9 @@ func TestDecide(t *testing.T) {
 				f.Node = planNode(corev1.ConditionTrue, planNow.Add(-5*time.Minute))
 				f.Node.Status.NodeInfo.BootID = "boot-3"
 			},
-			check: func(t *testing.T, _ *facts, p plan) { assert.Check(t, is.Contains(p.TrialWaitsFor, "is from before this boot")) }},
+			check: func(t *testing.T, _ *facts, p plan) {
+				assert.Check(t, is.Contains(p.TrialWaitsFor, "is from before this boot"))
+			}},
 		{name: "a trial boot whose Node the kubelet of this boot has not posted does not commit",
 			edit: func(f *facts) { trialBoot(f); f.StatusWrittenInBoot = true; f.Node.Status.NodeInfo.BootID = planBoot },
 			check: func(t *testing.T, _ *facts, p plan) {
@@ -514,7 +519,7 @@ func TestDecide(t *testing.T) {
 			},
 			check: func(t *testing.T, _ *facts, p plan) { assert.Equal(t, p.After, time.Second) }},
 		{name: "a status refused as a conflict waits for the cache",
-			edit: func(f *facts) { f.StatusRefusedAt = "7"; f.M.Status.Phase = "" },
+			edit:  func(f *facts) { f.StatusRefusedAt = "7"; f.M.Status.Phase = "" },
 			check: func(t *testing.T, _ *facts, p plan) { assert.Equal(t, p.After, 2*time.Second) }},
 	}
 	for _, tc := range cases {
