@@ -83,6 +83,8 @@ type Fleet struct {
 
 	machines map[string]*Machine
 	counts   counts
+	// cluster is the Cluster as created.
+	cluster *likenv1.Cluster
 
 	failures     atomic.Int64
 	firstFailure atomic.Value // string
@@ -155,7 +157,7 @@ func (f *Fleet) Context() context.Context { return f.ctx }
 
 func (f *Fleet) createCluster() error {
 	mu := intstr.Parse(f.o.MaxUnavailable)
-	_, err := f.Liken.LikenV1alpha1().Clusters().Create(f.ctx, &likenv1.Cluster{
+	c, err := f.Liken.LikenV1alpha1().Clusters().Create(f.ctx, &likenv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: FleetCluster},
 		Spec: likenv1.ClusterSpec{
 			Version: FleetVersion1,
@@ -170,6 +172,7 @@ func (f *Fleet) createCluster() error {
 			Disruption: likenv1.DisruptionSpec{MaxUnavailable: &mu},
 		},
 	}, metav1.CreateOptions{})
+	f.cluster = c
 	return err
 }
 
@@ -243,7 +246,7 @@ func (f *Fleet) createMachines() error {
 			return fmt.Errorf("creating Machine %s: %w", name, err)
 		}
 		m.mu.Lock()
-		m.obj = obj
+		m.obj, m.cluster = obj, f.cluster
 		err = m.writeStatus(m.status())
 		m.mu.Unlock()
 		if err != nil {
@@ -376,7 +379,7 @@ func (f *Fleet) watchCluster() {
 		}
 		if c.Spec.Version != version {
 			version = c.Spec.Version
-			go f.stageAll(version)
+			go f.stageAll(c)
 		}
 		now := map[string]bool{}
 		for _, tr := range c.Status.RebootTurns {
@@ -403,7 +406,7 @@ func (f *Fleet) watchCluster() {
 
 // stageAll has every machine not on version report it staged, at most
 // StageQPS a second, in name order, with a few writes in flight.
-func (f *Fleet) stageAll(version string) {
+func (f *Fleet) stageAll(c *likenv1.Cluster) {
 	lim := rate.NewLimiter(rate.Limit(f.o.StageQPS), 1)
 	work := make(chan *Machine)
 	var wg sync.WaitGroup
@@ -412,7 +415,7 @@ func (f *Fleet) stageAll(version string) {
 		go func() {
 			defer wg.Done()
 			for m := range work {
-				if m.stage(version) {
+				if m.stage(c) {
 					f.mu.Lock()
 					f.staged++
 					f.mu.Unlock()

@@ -21,9 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/cli/lab/controlplane"
 	likenclient "liken.sh/liken/generated/clientset/versioned/typed/liken/v1alpha1"
-	"liken.sh/liken/internal/rules"
 )
 
 // MachineOptions describe how a simulated machine behaves.
@@ -58,10 +58,6 @@ type MachineOptions struct {
 	SilentKubelet bool
 }
 
-// since is the time every pending change and condition of a simulated
-// machine reports, so that its status changes only when its state does.
-var since = metav1.NewTime(time.Unix(1700000000, 0))
-
 // Machine plays one machine's side of the turn protocol
 // (docs/design/protocol.md) as system:node:<name>: it renews its Node
 // Lease in kube-node-lease as its kubelet would, stages its Cluster's
@@ -88,8 +84,10 @@ type Machine struct {
 	ticks atomic.Int64
 
 	mu sync.Mutex
-	// obj is the Machine as last read or written; lease the Node Lease.
+	// obj is the Machine as last read or written, cluster its Cluster as
+	// last read; lease the Node Lease.
 	obj     *likenv1.Machine
+	cluster *likenv1.Cluster
 	lease   *coordinationv1.Lease
 	version string
 	slot    string
@@ -243,7 +241,7 @@ func (m *Machine) step() {
 		return
 	}
 	m.mu.Lock()
-	m.obj = cur
+	m.obj, m.cluster = cur, cl
 	m.target, m.change, m.request = "", "", ""
 	request := m.requested
 	if a := cur.Annotations[likenv1.AnnotationRequestReboot]; request == "" && a != m.observed {
@@ -251,10 +249,11 @@ func (m *Machine) step() {
 	}
 	switch {
 	case m.version != cl.Spec.Version:
-		m.target, m.change = cl.Spec.Version, m.releaseChange(cl.Spec.Version)
+		m.target = cl.Spec.Version
 	case request != "":
-		m.request, m.change = request, "reboot-"+request
+		m.request = request
 	}
+	m.change = m.status().Change
 	change, stayDown := m.change, m.stayDown
 	if stayDown && (cur.Status.Phase == likenv1.MachineUpdating || cur.Status.Phase == likenv1.MachineRebooting) {
 		m.mu.Unlock()
@@ -274,12 +273,6 @@ func (m *Machine) step() {
 	}
 }
 
-// releaseChange is the change that stages release version in this boot.
-// Call with m.mu held.
-func (m *Machine) releaseChange(version string) string {
-	return fmt.Sprintf("release-%s-%s", version, m.bootID())
-}
-
 // differs reports whether the status got differs from want in what the
 // machine reports.
 func differs(got, want likenv1.MachineStatus) bool {
@@ -296,50 +289,21 @@ func differs(got, want likenv1.MachineStatus) bool {
 	return false
 }
 
-// status is the status the machine reports, from what it holds: Ready
-// with nothing staged, UpdatePending or RebootPending with a change
-// staged, Updating or Rebooting in its turn. Its conditions are the node
-// daemon's: Ready, and RebootPending while a change waits. Call with m.mu
-// held.
+// status is the status the machine reports, from what it holds, made by
+// the node daemon's own rules (daemon.Report): Ready with nothing staged,
+// UpdatePending or RebootPending with a change staged (the daemon's change
+// identifier), Updating or Rebooting in its turn. Call with m.mu held.
 func (m *Machine) status() likenv1.MachineStatus {
-	st := likenv1.MachineStatus{Phase: likenv1.MachineReady, Version: m.version, Slot: m.slot,
-		ObservedRebootRequest: m.observed, Observed: likenv1.ObservedState{BootID: m.bootID()}}
-	if m.change == "" {
-		st.Conditions = []metav1.Condition{{Type: likenv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready",
-			Message: fmt.Sprintf("runs release %s with nothing pending", m.version), LastTransitionTime: since}}
-		return st
+	obj, cl := m.obj, m.cluster
+	if obj == nil {
+		obj = &likenv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: m.name},
+			Spec: likenv1.MachineSpec{Cluster: m.o.Cluster, RebootPolicy: likenv1.RebootAuto}}
 	}
-	st.Change = m.change
-	switch {
-	case m.target != "" && m.inTurn:
-		st.Phase, st.Staged = likenv1.MachineUpdating, m.target
-	case m.target != "":
-		st.Phase, st.Staged = likenv1.MachineUpdatePending, m.target
-	case m.inTurn:
-		st.Phase = likenv1.MachineRebooting
-	default:
-		st.Phase = likenv1.MachineRebootPending
+	if cl == nil {
+		cl = &likenv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: m.o.Cluster}, Spec: likenv1.ClusterSpec{Version: m.version}}
 	}
-	msg := "waits for its turn"
-	if m.target != "" {
-		st.Pending = []likenv1.PendingChange{{Field: "cluster.spec.version", Class: likenv1.ClassReboot, Since: since}}
-		msg = fmt.Sprintf("release %s is staged", m.target)
-	}
-	if m.inTurn {
-		msg = fmt.Sprintf("takes its turn for change %s", m.change)
-	}
-	st.Conditions = []metav1.Condition{{Type: likenv1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(st.Phase), Message: msg, LastTransitionTime: since}}
-	if m.inTurn {
-		st.Conditions = append(st.Conditions, metav1.Condition{Type: likenv1.ConditionRebootPending, Status: metav1.ConditionFalse, Reason: "TurnTaken",
-			Message: fmt.Sprintf("the machine holds its turn for change %s", m.change), LastTransitionTime: since})
-	} else {
-		reason, msg := likenv1.ReasonAwaitingTurn, "waits for a reboot turn"
-		if m.obj != nil && !rules.Cleared(m.obj, m.change) {
-			reason, msg = likenv1.ReasonAwaitingApproval, fmt.Sprintf("waits for approval: liken approve-reboot %s %s", m.o.Cluster, m.name)
-		}
-		st.Conditions = append(st.Conditions, metav1.Condition{Type: likenv1.ConditionRebootPending, Status: metav1.ConditionTrue, Reason: reason, Message: msg, LastTransitionTime: since})
-	}
-	return st
+	return daemon.Report(daemon.Simulated{Machine: obj, Cluster: cl, Slot: m.slot, BootID: m.bootID(), Version: m.version,
+		Staged: m.target, RebootRequest: m.request, ObservedRebootRequest: m.observed, InTurn: m.inTurn}, time.Now())
 }
 
 // writeStatus writes st as the machine's status, re-reading the Machine
@@ -421,14 +385,17 @@ func (m *Machine) renew() error {
 
 // stage reports release version staged; false when there is nothing to
 // stage.
-func (m *Machine) stage(version string) bool {
+func (m *Machine) stage(cl *likenv1.Cluster) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	version := cl.Spec.Version
 	if m.version == version || m.target == version || m.inTurn {
 		return false
 	}
-	m.target, m.change = version, m.releaseChange(version)
-	if err := m.writeStatus(m.status()); err != nil {
+	m.cluster, m.target = cl, version
+	st := m.status()
+	m.change = st.Change
+	if err := m.writeStatus(st); err != nil {
 		m.counts.failed(err)
 		return false
 	}
