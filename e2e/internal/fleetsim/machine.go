@@ -21,9 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
-	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/cli/lab/controlplane"
 	likenclient "liken.sh/liken/generated/clientset/versioned/typed/liken/v1alpha1"
+	"liken.sh/liken/node/daemon"
 )
 
 // MachineOptions describe how a simulated machine behaves.
