@@ -246,10 +246,8 @@ func (d *Daemon) trialTimerAfterCommitFailed(ctx context.Context) {
 
 // feedWatchdog feeds the watchdog the init armed for this trial boot until
 // the trial commits (disarmWatchdog), liken-node stops, or the trial's
-// deadline passes: a liken-node that hangs, even one whose trial timer
-// waits behind a stuck reconcile, lets it reset the machine into the
-// proven slot. It does not take d.mu, so no slow work under the lock
-// delays it.
+// deadline passes: a liken-node that hangs, or whose reboot fails, lets it
+// reset the machine into the proven slot. It does not take d.mu.
 func (d *Daemon) feedWatchdog(ctx context.Context, deadline time.Time) {
 	wd := d.o.Watchdog
 	if wd == nil {
