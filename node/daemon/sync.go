@@ -59,10 +59,19 @@ const maxSteps = 64
 func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 	log := klog.FromContext(ctx)
 	var cp *error // a leader's own control plane, checked once per reconcile
+	// What the machine observes of itself, read again only after an
+	// action that changes the machine.
+	var self *observed
 	for range maxSteps {
 		f, err := d.observe(ctx)
 		if err != nil {
 			return 0, err
+		}
+		if f.M != nil && f.C != nil && !f.Rebooting {
+			if self == nil {
+				self = d.observeSelf(ctx, f)
+			}
+			f.Observed, f.ObserveErr = self.state, self.err
 		}
 		if f.M != nil && f.C != nil {
 			// ControlPlaneReady, the trial's commit and the end of a
@@ -93,6 +102,10 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 		}
 		log.V(4).Info("Next action", "action", p.Do.String())
 		p.Do.do(ctx, d, f)
+		switch p.Do.(type) {
+		case applyFirst, applyAtBoot, applyLive, restartK3s, rollBackK3s:
+			self = nil
+		}
 		if ctx.Err() != nil {
 			return 0, nil
 		}
@@ -102,8 +115,7 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 }
 
 // observe gathers the facts decide reads: the caches, then, under the
-// lock, what the actors and the last actions reported, then what the
-// machine observes of itself.
+// lock, what the actors and the last actions reported.
 func (d *Daemon) observe(ctx context.Context) (*facts, error) {
 	f := &facts{Now: d.clock.Now(), Timing: d.t, Machine: d.o.Machine, Boot: d.o.Boot, Leader: d.o.ControlPlane != nil}
 	m, err := d.machines.Get(d.o.Machine)
@@ -164,18 +176,27 @@ func (d *Daemon) observe(ctx context.Context) (*facts, error) {
 	f.Uncordoned = d.uncordoned
 	f.StatusWrittenInBoot, f.LastStatusErr, f.LastProgressWrite, f.StatusRefusedAt = d.statusWrittenInBoot, d.lastStatusErr, d.lastProgressWrite, d.statusRefusedAt
 	d.mu.Unlock()
-
-	if f.M != nil && f.C != nil && !f.Rebooting {
-		applied := changes.Config{}
-		if f.St.Applied != nil {
-			applied = *f.St.Applied
-		}
-		f.Observed, f.ObserveErr = d.o.Observer.Observe(ctx, applied)
-		if f.ObserveErr != nil {
-			klog.FromContext(ctx).Error(f.ObserveErr, "Observing the machine failed")
-		}
-	}
 	return f, nil
+}
+
+// observed is what the machine observes of itself.
+type observed struct {
+	state likenv1.ObservedState
+	err   error
+}
+
+// observeSelf asks the Observer what the machine observes of itself.
+func (d *Daemon) observeSelf(ctx context.Context, f *facts) *observed {
+	applied := changes.Config{}
+	if f.St.Applied != nil {
+		applied = *f.St.Applied
+	}
+	o := &observed{}
+	o.state, o.err = d.o.Observer.Observe(ctx, applied)
+	if o.err != nil {
+		klog.FromContext(ctx).Error(o.err, "Observing the machine failed")
+	}
+	return o
 }
 
 // controlPlaneHealthy checks a leader's own control plane; nil on a
