@@ -395,11 +395,11 @@ func (a restartK3s) do(ctx context.Context, d *Daemon, f *facts) {
 	// The ledger is the only truth: read it from the API server, not
 	// the cache, right before k3s goes down.
 	if ok, err := d.ledgerGrants(ctx, f, a.change, "the restart of k3s"); err != nil || !ok {
-		d.retryLater(retryGoDown)
+		d.retryLater(retryK3sRestart)
 		return
 	}
 	if err := d.datastoreLetsGo(ctx, f, a.change, "the restart of k3s"); err != nil {
-		d.retryLater(retryGoDown)
+		d.retryLater(retryK3sRestart)
 		return
 	}
 	what := fieldsOrConfig(changes.Paths(a.changed))
@@ -643,6 +643,11 @@ func (a goDown) do(ctx context.Context, d *Daemon, f *facts) {
 		return
 	}
 	if !ok {
+		// A trial an earlier try armed before its reboot failed must not
+		// survive the turn: a power cut would boot it.
+		if err := d.disarmOwnTrial(ctx); err != nil {
+			d.retryLater(retryDropTurn)
+		}
 		return
 	}
 	sent := r.sent
@@ -748,11 +753,19 @@ func (a writeStatus) do(ctx context.Context, d *Daemon, f *facts) {
 			d.statusRefusedAt = f.M.ResourceVersion
 			return
 		}
-		klog.FromContext(ctx).Error(err, "Writing the Machine's status failed; retrying")
-		d.retryLaterLocked(retryStatus)
+		// An API server that refuses or does not answer is asked again
+		// with a backoff that doubles, up to 30 s.
+		d.statusBackoff = min(max(2*d.statusBackoff, d.t.APIRetry), 30*time.Second)
+		klog.FromContext(ctx).Error(err, "Writing the Machine's status failed; retrying", "in", d.statusBackoff)
+		if d.retry == nil {
+			d.retry = map[string]time.Time{}
+		}
+		d.retry[retryStatus] = d.clock.Now().Add(d.statusBackoff)
 		return
 	}
-	d.lastStatusErr = nil
+	d.lastStatusErr, d.statusBackoff = nil, 0
+	st := a.status
+	d.lastSent, d.lastSentVersion = &st, out.ResourceVersion
 	d.written.Wrote(key, f.M.ResourceVersion, out)
 	d.statusWrittenInBoot = true
 	if a.status.Download != nil {
@@ -772,7 +785,8 @@ func (commitTrial) String() string { return "commit the trial" }
 func (commitTrial) do(ctx context.Context, d *Daemon, f *facts) {
 	log := klog.FromContext(ctx)
 	d.mu.Lock()
-	if d.rebooting || d.mode != modeTrial {
+	if d.rebooting || d.mode != modeTrial || d.st.Trial == nil || d.st.Trial.Failure != "" {
+		// The trial timer gave the trial up meanwhile.
 		d.mu.Unlock()
 		return
 	}

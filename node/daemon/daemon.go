@@ -124,7 +124,13 @@ type Daemon struct {
 	statusWrittenInBoot bool
 	lastProgressWrite   time.Time
 	lastStatusErr       error
+	statusBackoff       time.Duration
 	statusRefusedAt     string
+	lastSent            *likenv1.MachineStatus
+	lastSentVersion     string
+	// expiredInCommit: the trial's deadline passed while its commit was
+	// under way.
+	expiredInCommit bool
 	// written is the Machine as the last status writes returned it,
 	// newer than the informer's copy until the informer delivers them.
 	written lastwrite.Writes[*likenv1.Machine]

@@ -105,6 +105,12 @@ type facts struct {
 	// refused against (a conflict): the cache is behind, and its update
 	// brings the next write.
 	StatusRefusedAt string
+	// LastSent is the last status written, LastSentVersion the Machine's
+	// resourceVersion that write returned: the same status is not written
+	// again on it (an API server that changes what it stores would
+	// otherwise be written to at every step).
+	LastSent        *likenv1.MachineStatus
+	LastSentVersion string
 }
 
 // downloadFacts is the progress of the running download.
@@ -154,6 +160,7 @@ const (
 	retryWithdraw     = "withdraw"
 	retryTurnStep     = "turnStep"
 	retryGoDown       = "goDown"
+	retryK3sRestart   = "k3sRestart"
 	retryUncordon     = "uncordon"
 	retryStatus       = "status"
 	retryCommit       = "commit"
@@ -607,7 +614,7 @@ func decideK3sTurn(f *facts, v *view) action {
 			}
 			return giveBackK3sTurn{change: t.Change}
 		}
-		if f.Config.Err != nil || f.retrying(v, retryGoDown) {
+		if f.Config.Err != nil || f.retrying(v, retryK3sRestart) {
 			// The last restart failed, or the ledger or the datastore
 			// said not yet: retried once that wait is over.
 			return nil
@@ -762,6 +769,7 @@ func decideTrial(f *facts, v *view) action {
 		v.trialWaitsFor = f.ControlPlaneErr.Error()
 	default:
 		v.commit = true
+		v.trialWaitsFor = "its slot is being committed"
 	}
 	return nil
 }
@@ -782,6 +790,9 @@ func decideStatus(f *facts, v *view) action {
 	}
 	if f.StatusRefusedAt != "" && f.StatusRefusedAt == v.m.ResourceVersion {
 		v.requeue(f.Timing.APIRetry)
+		return nil
+	}
+	if !force && f.LastSent != nil && v.m.ResourceVersion == f.LastSentVersion && equality.Semantic.DeepEqual(st, *f.LastSent) {
 		return nil
 	}
 	if !force && st.Download != nil && cur.Download != nil {

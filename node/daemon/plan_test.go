@@ -518,6 +518,16 @@ func TestDecide(t *testing.T) {
 				f.LastProgressWrite = planNow.Add(-time.Second)
 			},
 			check: func(t *testing.T, _ *facts, p plan) { assert.Equal(t, p.After, time.Second) }},
+		{name: "a status the API server stored otherwise is not written again on what it returned",
+			edit: func(f *facts) {
+				st, err := apiPrecision(machineStatus(f, settle(f, "").v))
+				assert.NilError(t, err)
+				f.LastSent, f.LastSentVersion = &st, f.M.ResourceVersion
+				f.M.Status.Phase = ""
+			}},
+		{name: "a proven trial says it commits",
+			edit: func(f *facts) { trialBoot(f); f.StatusWrittenInBoot = true }, want: "commit the trial",
+			check: func(t *testing.T, _ *facts, p plan) { assert.Equal(t, p.TrialWaitsFor, "its slot is being committed") }},
 		{name: "a status refused as a conflict waits for the cache",
 			edit:  func(f *facts) { f.StatusRefusedAt = "7"; f.M.Status.Phase = "" },
 			check: func(t *testing.T, _ *facts, p plan) { assert.Equal(t, p.After, 2*time.Second) }},

@@ -75,9 +75,8 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 		}
 		if f.M != nil && f.C != nil {
 			// ControlPlaneReady, the trial's commit and the end of a
-			// RestartK3s turn all read this one answer. A restart of the
-			// control plane in this reconcile cannot end its turn on it:
-			// the turn also needs a Node heartbeat from after the restart.
+			// RestartK3s turn all read this one answer; a restart of k3s
+			// asks again.
 			if cp == nil {
 				err := d.controlPlaneHealthy(ctx)
 				cp = &err
@@ -103,7 +102,11 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 		log.V(4).Info("Next action", "action", p.Do.String())
 		p.Do.do(ctx, d, f)
 		switch p.Do.(type) {
-		case applyFirst, applyAtBoot, applyLive, restartK3s, rollBackK3s:
+		case restartK3s, rollBackK3s:
+			// A leader's control plane restarted with k3s: only a check
+			// made after the restart can end the turn.
+			self, cp = nil, nil
+		case applyFirst, applyAtBoot, applyLive:
 			self = nil
 		}
 		if ctx.Err() != nil {
@@ -147,8 +150,6 @@ func (d *Daemon) observe(ctx context.Context) (*facts, error) {
 	default:
 		f.Node = node
 	}
-	f.Slots, f.Other = d.slots.Slots(), d.slots.Other()
-
 	d.mu.Lock()
 	f.Mode, f.Confusion, f.Rebooting = d.mode, d.confusion, d.rebooting
 	f.St = d.st
@@ -175,7 +176,11 @@ func (d *Daemon) observe(ctx context.Context) (*facts, error) {
 	}
 	f.Uncordoned = d.uncordoned
 	f.StatusWrittenInBoot, f.LastStatusErr, f.LastProgressWrite, f.StatusRefusedAt = d.statusWrittenInBoot, d.lastStatusErr, d.lastProgressWrite, d.statusRefusedAt
+	f.LastSent, f.LastSentVersion = d.lastSent, d.lastSentVersion
 	d.mu.Unlock()
+	// The slot store after the download's facts: a download that staged
+	// its slot in between shows as staged, never as a download to start.
+	f.Slots, f.Other = d.slots.Slots(), d.slots.Other()
 	return f, nil
 }
 

@@ -76,8 +76,9 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	}
 	d.st = p.State
 	if d.mode == modeTrial {
+		deadline := d.st.Trial.deadline()
 		d.startTrialTimer(ctx)
-		d.feedWatchdog(ctx, d.st.Trial.deadline())
+		d.feedWatchdog(ctx, deadline)
 	} else if d.mode == modeNormal {
 		// Nothing left to try (a commit was finished): the watchdog the
 		// init armed for this boot is not needed.
@@ -178,6 +179,8 @@ func (tr *trialRecord) deadline() time.Time {
 
 // startTrialTimer arms the timer that ends a trial that did not commit.
 func (d *Daemon) startTrialTimer(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	tr := d.st.Trial
 	wait := tr.deadline().Sub(d.clock.Now())
 	if tr.Failure != "" || wait < 0 {
@@ -194,9 +197,12 @@ func (d *Daemon) startTrialTimer(ctx context.Context) {
 func (d *Daemon) trialExpired(ctx context.Context) {
 	log := klog.FromContext(ctx)
 	d.mu.Lock()
-	if d.mode != modeTrial || d.rebooting || d.committing || ctx.Err() != nil {
+	if d.committing {
 		// A commit under way hands the trial back when it fails
 		// (trialTimerAfterCommitFailed).
+		d.expiredInCommit = true
+	}
+	if d.mode != modeTrial || d.rebooting || d.committing || ctx.Err() != nil {
 		d.mu.Unlock()
 		return
 	}
@@ -235,7 +241,9 @@ func (d *Daemon) reboot(ctx context.Context) error {
 func (d *Daemon) trialTimerAfterCommitFailed(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mode != modeTrial || d.st.Trial == nil || d.clock.Now().Before(d.st.Trial.deadline()) {
+	expired := d.expiredInCommit
+	d.expiredInCommit = false
+	if d.mode != modeTrial || d.st.Trial == nil || !(expired || !d.clock.Now().Before(d.st.Trial.deadline())) {
 		return
 	}
 	if d.trialTimer != nil {

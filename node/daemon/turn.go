@@ -139,6 +139,22 @@ func (d *Daemon) startRecheck(ctx context.Context, f *facts, slot string, target
 	})
 }
 
+// disarmOwnTrial withdraws a trial this boot armed (a turn whose reboot
+// failed), keeping the turn.
+func (d *Daemon) disarmOwnTrial(ctx context.Context) error {
+	d.mu.Lock()
+	armed := d.st.Trial != nil && d.st.Trial.ArmedBootID == d.o.Boot.BootID
+	d.mu.Unlock()
+	if !armed {
+		return nil
+	}
+	if err := d.o.Bootloader.DisarmTrial(); err != nil {
+		klog.FromContext(ctx).Error(err, "Disarming the trial of a turn the API server no longer grants failed")
+		return err
+	}
+	return d.update(func(st *diskState) { st.Trial = nil })
+}
+
 // dropTurnRecord forgets a turn that did not reboot, and disarms a trial
 // it armed.
 func (d *Daemon) dropTurnRecord(ctx context.Context) error {
@@ -181,7 +197,7 @@ func (d *Daemon) ledgerCluster(ctx context.Context, f *facts, change, before str
 		if f.Run != nil {
 			d.endRun()
 			d.mu.Lock()
-			d.staleLedger = f.Run.From
+			d.staleLedger = f.C
 			d.mu.Unlock()
 		}
 		return nil, false, nil
