@@ -8,8 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// OperatorFile is the manifest of cluster-operator's Deployment and its
-// PodDisruptionBudget.
+// OperatorFile is the manifest of cluster-operator's Deployment.
 const OperatorFile = "30-operator.yaml"
 
 // OperatorDeployment returns cluster-operator's Deployment as OperatorFile
