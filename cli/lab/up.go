@@ -487,13 +487,15 @@ func packLayer(dir string, id *layer.Identity, docs string) (docsFile, layerFile
 func fleetDocuments(o upOptions, endpoint, channel, version, digest string, reach map[string]string, settings string) string {
 	// A virtual machine under emulation takes a minute or more to boot,
 	// more when several share this computer's cores.
-	trial, stall := "45s", "5m"
+	// The process lab's machines run no workloads of their own: a short
+	// settle shows the field without slowing the demonstration.
+	trial, stall, settle := "45s", "5m", "5s"
 	switch {
 	case o.vm:
-		trial, stall = "10m", "30m"
+		trial, stall, settle = "10m", "30m", "30s"
 	case o.containers:
 		// A leader's control plane answers about a minute after power on.
-		trial, stall = "5m", "15m"
+		trial, stall, settle = "5m", "15m", "10s"
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: liken.sh/v1alpha1
@@ -518,7 +520,8 @@ spec:
     drainTimeout: 1m
     trialTimeout: %s
     stallTimeout: %s
-`, o.name, version, channel, version, digest, endpoint, v1.DefaultPodCIDR, v1.DefaultServiceCIDR, settings, trial, stall)
+    settle: %s
+`, o.name, version, channel, version, digest, endpoint, v1.DefaultPodCIDR, v1.DefaultServiceCIDR, settings, trial, stall, settle)
 	for i, n := range machineNames(o.machines) {
 		fmt.Fprintf(&b, "---\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: %s\n", n)
 		if a, ok := reach[n]; ok {

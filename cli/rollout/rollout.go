@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,19 +35,23 @@ import (
 func NewCommand(flags *kube.Flags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollout",
-		Short: "Follow a rollout, or resume a halted one",
-		Long: `Follow the rollout of a cluster's release, machine by machine, or resume a
+		Short: "Follow a rollout, resume a halted one, or hold one",
+		Long: `Follow the rollout of a cluster's release, machine by machine; resume a
 rollout that cluster-operator halted because a turn stalled or a trial
-failed.`,
+failed; or hold the turns of a cluster until you lift the hold.`,
 		Example: `  # Follow the rollout of mycluster until every machine runs spec.version
   liken rollout status mycluster
 
   # Lift a halt after you examined the machine that stalled or failed
-  liken rollout resume mycluster`,
+  liken rollout resume mycluster
+
+  # Stop new turns during a freeze, then let them start again
+  liken rollout hold mycluster --reason "change freeze"
+  liken rollout unhold mycluster`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newStatusCommand(flags), newResumeCommand(flags))
+	cmd.AddCommand(newStatusCommand(flags), newResumeCommand(flags), newHoldCommand(flags), newUnholdCommand(flags))
 	return cmd
 }
 
@@ -397,6 +402,8 @@ func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 	case s.note != "":
 	case turn != nil && turn.Reason == v1alpha1.TurnRestartK3s:
 		s.note = "restarting k3s in its turn (no reboot)"
+	case !staged && slices.ContainsFunc(cl.Status.Settling, func(x v1alpha1.SettlingMachine) bool { return x.Machine == m.Name }):
+		s.note = "back from its turn, settling: the next turn waits for its workloads (see what cluster-operator says)"
 	case !staged:
 	case turn != nil:
 		s.note = "holds its turn: it cordons and drains its node next"
@@ -598,6 +605,10 @@ func Resume(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, 
 	fmt.Fprintf(out, "Asked cluster-operator to resume the rollout of cluster %s (halted: %s on %s).\n", name, h.Reason, h.Machine)
 	switch h.Reason {
 	case v1alpha1.ReasonRolloutStalled:
+		if slices.ContainsFunc(cl.Status.Settling, func(s v1alpha1.SettlingMachine) bool { return s.Machine == h.Machine }) {
+			fmt.Fprintf(out, "cluster-operator stops waiting for %s to settle; its place under maxUnavailable goes to the next machine.\n", h.Machine)
+			break
+		}
 		fmt.Fprintf(out, "The turn %s held is released; %s asks for a new one when it is back.\n", h.Machine, h.Machine)
 	case v1alpha1.ReasonTrialFailed:
 		fmt.Fprintf(out, "Machines may now try %s again, %s included, within the disruption budget; if another trial fails, the rollout halts again.\n", cl.Spec.Version, h.Machine)

@@ -379,3 +379,25 @@ func TestTrackerRestartK3s(t *testing.T) {
 	}
 	golden.Assert(t, out.String(), "status-restartk3s.golden")
 }
+
+// node-1 came back from its turn on the new release and settles for the
+// default settle time; node-2 waits for its place. liken rollout status
+// says both, from cluster-operator's own decision on the same objects.
+func TestStatusSaysAMachineSettles(t *testing.T) {
+	cl := clitest.Cluster("ux", "1")
+	cl.Spec.Version = clitest.Version2
+	back := clitest.Machine("node-1", "ux", v1alpha1.RoleWorker, v1alpha1.RebootAuto)
+	clitest.SetReady(back, clitest.Version2)
+	back.Status.Observed.BootID = "boot-2"
+	waits := clitest.Machine("node-2", "ux", v1alpha1.RoleWorker, v1alpha1.RebootAuto)
+	clitest.SetStaged(waits, clitest.Version1, clitest.Version2, "c2")
+	cl.Status.RebootTurns = []v1alpha1.RebootTurn{{Machine: "node-1", Reason: v1alpha1.TurnRelease, Change: "c1", BootID: "boot-1", Version: clitest.Version2, GrantedAt: clitest.Since}}
+	cl.Status = turns.Decide(turns.Input{Cluster: cl, Machines: []*v1alpha1.Machine{back, waits}, Now: clitest.Since.Add(5 * time.Minute)}).Status
+	assert.Equal(t, len(cl.Status.Settling), 1)
+	c := fake.NewSimpleClientset(cl, back, waits)
+	var out bytes.Buffer
+	assert.NilError(t, Status(context.Background(), c, StatusOptions{Cluster: "ux"}, &out))
+	assert.Check(t, is.Contains(out.String(), "node-1  Ready          2026.10.12-001                    [machines 1/2]  back from its turn, settling"), out.String())
+	assert.Check(t, is.Contains(out.String(), "cluster-operator on cluster ux (Settling)"), out.String())
+	assert.Check(t, is.Contains(out.String(), "node-1 waits for spec.disruption.settle (30s) to pass at 2026-11-30T10:05:30Z."), out.String())
+}

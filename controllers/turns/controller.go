@@ -61,8 +61,8 @@ const (
 	// EventK3sRestartFailed: a machine's restart of k3s was rolled back;
 	// no other machine restarts k3s until the value changes.
 	EventK3sRestartFailed = likenv1.ReasonK3sRestartFailed
-	// EventRolloutStalled: a turn outlived the stall timeout; the rollout
-	// halts. On the Cluster, as every halt (whose reason is the event's).
+	// EventRolloutStalled: a turn, or a machine's settling after its
+	// turn, outlived the stall timeout; the rollout halts. On the Cluster, as every halt (whose reason is the event's).
 	EventRolloutStalled = likenv1.ReasonRolloutStalled
 	// EventRolloutResumed: a halt was lifted.
 	EventRolloutResumed = "RolloutResumed"
@@ -73,6 +73,20 @@ const (
 	// passed over, because PodDisruptionBudgets would block its drain now;
 	// the note names the budgets and their pods.
 	EventDrainWouldBlock = "DrainWouldBlock"
+	// EventSettled: a machine back from its turn settled (its workloads
+	// are healthy again and spec.disruption.settle passed), or a person's
+	// resume stopped the wait; its place goes to the next machine.
+	EventSettled = "Settled"
+	// EventGateClosed: a machine that would have had a turn was passed
+	// over, because a gate of spec.disruption.gates holds it; the note
+	// names the gate and the pods.
+	EventGateClosed = likenv1.ReasonGateClosed
+	// EventRolloutHeld: the annotation liken.sh/hold stopped new turns (on
+	// the Cluster, with its reason and who set it).
+	EventRolloutHeld = likenv1.ReasonHeld
+	// EventHoldLifted: the annotation liken.sh/hold was removed; turns are
+	// granted again.
+	EventHoldLifted = "HoldLifted"
 )
 
 // StatusWriter is the one write the turn controller makes: an update of a
@@ -135,9 +149,10 @@ type Controller struct {
 	waitingSince map[string]map[string]*wait
 	// syncs counts the syncs, to tell which waits the last one saw.
 	syncs uint64
-	// skipped is, per cluster and machine, the budgets named in the last
-	// DrainWouldBlock event, so that a machine passed over sync after sync
-	// is reported once, and again only when what blocks it changes.
+	// skipped is, per cluster and "<event reason>/<machine>", what the last
+	// DrainWouldBlock or GateClosed event named, so that a machine passed
+	// over sync after sync is reported once, and again only when what
+	// blocks it changes.
 	skipped map[string]map[string]string
 }
 
@@ -257,7 +272,8 @@ func New(cfg Config) (*Controller, error) {
 		UpdateFunc: func(o, n any) {
 			ob, ok1 := o.(*policyv1.PodDisruptionBudget)
 			nb, ok2 := n.(*policyv1.PodDisruptionBudget)
-			if ok1 && ok2 && ob.Status.DisruptionsAllowed == nb.Status.DisruptionsAllowed && equality.Semantic.DeepEqual(ob.Spec.Selector, nb.Spec.Selector) {
+			if ok1 && ok2 && ob.Status.DisruptionsAllowed == nb.Status.DisruptionsAllowed && equality.Semantic.DeepEqual(ob.Spec.Selector, nb.Spec.Selector) &&
+				(!c.settlesOn(nb) || ob.Status.CurrentHealthy == nb.Status.CurrentHealthy && ob.Status.ExpectedPods == nb.Status.ExpectedPods && ob.Status.ObservedGeneration == nb.Status.ObservedGeneration) {
 				return
 			}
 			enqueueAll(n)
@@ -277,6 +293,30 @@ func New(cfg Config) (*Controller, error) {
 		}
 	}
 	return c, nil
+}
+
+// settlesOn tells whether a machine of some cluster waits for budget b to
+// settle (its turn or its settling entry names b): only then does a change
+// of b's health bring a decision.
+func (c *Controller) settlesOn(b *policyv1.PodDisruptionBudget) bool {
+	key := b.Namespace + "/" + b.Name
+	for _, o := range c.cfg.Clusters.Informer().GetStore().List() {
+		cl, ok := o.(*likenv1.Cluster)
+		if !ok {
+			continue
+		}
+		for _, t := range cl.Status.RebootTurns {
+			if slices.Contains(t.Budgets, key) {
+				return true
+			}
+		}
+		for _, s := range cl.Status.Settling {
+			if slices.Contains(s.Budgets, key) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // MachineChanged asks for a decision on the cluster of the named machine,
@@ -380,6 +420,15 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
+	unsettled, err := c.unsettled(cluster, nodes)
+	if err != nil {
+		return 0, err
+	}
+	gates, gateErr := blockingSelectors(cluster)
+	blocked, err := c.blocked(machines, gates)
+	if err != nil {
+		return 0, err
+	}
 	d := Decide(Input{
 		Cluster:            cluster,
 		Machines:           machines,
@@ -390,9 +439,12 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		Identity:           c.cfg.Term.Identity,
 		Drains:             drains,
 		DisruptionsAllowed: allowed,
+		Unsettled:          unsettled,
+		Blocked:            blocked,
+		GateErr:            gateErr,
 	})
 	c.trackWaiting(cluster.Name, d.Waiting, now)
-	c.reportSkipped(ctx, cluster, machines, d.Skipped)
+	c.reportPassedOver(ctx, cluster, machines, d.Skipped, d.Gated)
 
 	// The decision changed the ledger, the halt, the resume record or the
 	// Progressing condition; the columns come on top, in the same write.
@@ -461,8 +513,7 @@ func (c *Controller) drains(cluster *likenv1.Cluster, machines []*likenv1.Machin
 	r := budgetsReader{pods: c.pods, budgets: c.budgets, byNamespace: map[string][]budgetSelector{}, allowed: map[string]int32{}}
 	var out map[string]Drain
 	for _, m := range machines {
-		asks := m.Status.Change != "" && (m.Status.Phase == likenv1.MachineUpdatePending || m.Status.Phase == likenv1.MachineRebootPending)
-		if !asks && fleet.FindTurn(cluster.Status.RebootTurns, m.Name) == nil {
+		if !asks(m) && fleet.FindTurn(cluster.Status.RebootTurns, m.Name) == nil {
 			continue
 		}
 		d, err := r.drainOf(m.Name)
@@ -480,18 +531,93 @@ func (c *Controller) drains(cluster *likenv1.Cluster, machines []*likenv1.Machin
 	return out, r.allowed, nil
 }
 
-// reportSkipped logs and records an event, on the Cluster and the
-// Machine, for each machine passed over because its drain would be
-// blocked, when it is first passed over or what blocks it changed.
-func (c *Controller) reportSkipped(ctx context.Context, cluster *likenv1.Cluster, machines []*likenv1.Machine, skipped []Skip) {
+// unsettled reads, for the machines of cluster that hold a turn or settle
+// after one, what their workloads still lack before they are settled. A
+// machine rebooted in its turn unless it was a RestartK3s turn; a
+// simulated machine's Node reports no boot ID, and its pods do not
+// restart.
+func (c *Controller) unsettled(cluster *likenv1.Cluster, nodes map[string]Node) (map[string][]string, error) {
+	r := budgetsReader{pods: c.pods, budgets: c.budgets}
+	var out map[string][]string
+	add := func(machine string, reason likenv1.TurnReason, budgets []string, grantedAt metav1.Time) error {
+		rebooted := reason != likenv1.TurnRestartK3s && nodes[machine].BootID != ""
+		waits, err := r.unsettled(machine, budgets, grantedAt.Time, rebooted)
+		if err != nil || len(waits) == 0 {
+			return err
+		}
+		if out == nil {
+			out = map[string][]string{}
+		}
+		out[machine] = waits
+		return nil
+	}
+	for _, t := range cluster.Status.RebootTurns {
+		if err := add(t.Machine, t.Reason, t.Budgets, t.GrantedAt); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range cluster.Status.Settling {
+		if err := add(s.Machine, s.Reason, s.Budgets, s.GrantedAt); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// asks tells whether machine m may ask for a turn: it staged a change.
+func asks(m *likenv1.Machine) bool {
+	return m.Status.Change != "" && (m.Status.Phase == likenv1.MachineUpdatePending || m.Status.Phase == likenv1.MachineRebootPending)
+}
+
+// blocked reads, for the machines that may ask for a turn, the pods on
+// them the blockingPods gates match.
+func (c *Controller) blocked(machines []*likenv1.Machine, gates []gateSelector) (map[string]Blocked, error) {
+	if len(gates) == 0 {
+		return nil, nil
+	}
+	r := budgetsReader{pods: c.pods}
+	var out map[string]Blocked
+	for _, m := range machines {
+		if !asks(m) {
+			continue
+		}
+		b, ok, err := r.blockedOn(m.Name, gates)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = map[string]Blocked{}
+		}
+		out[m.Name] = b
+	}
+	return out, nil
+}
+
+// reportPassedOver logs and records an event on the Machine for each
+// machine passed over because its drain would be blocked
+// (DrainWouldBlock) or a gate holds it (GateClosed), when it is first
+// passed over or what holds it changed.
+func (c *Controller) reportPassedOver(ctx context.Context, cluster *likenv1.Cluster, machines []*likenv1.Machine, skipped []Skip, gated []Gated) {
+	type item struct{ machine, reason, key, note string }
+	items := make([]item, 0, len(skipped)+len(gated))
+	for _, s := range skipped {
+		items = append(items, item{s.Machine, EventDrainWouldBlock, s.Budgets, s.Message()})
+	}
+	for _, g := range gated {
+		items = append(items, item{g.Machine, EventGateClosed, g.key(), g.Message()})
+	}
 	c.mu.Lock()
 	last := c.skipped[cluster.Name]
-	now := make(map[string]string, len(skipped))
-	var report []Skip
-	for _, s := range skipped {
-		now[s.Machine] = s.Budgets
-		if last[s.Machine] != s.Budgets {
-			report = append(report, s)
+	now := make(map[string]string, len(items))
+	var report []item
+	for _, it := range items {
+		k := it.reason + "/" + it.machine
+		now[k] = it.key
+		if last[k] != it.key {
+			report = append(report, it)
 		}
 	}
 	if len(now) == 0 {
@@ -500,10 +626,9 @@ func (c *Controller) reportSkipped(ctx context.Context, cluster *likenv1.Cluster
 		c.skipped[cluster.Name] = now
 	}
 	c.mu.Unlock()
-	for _, s := range report {
-		note := s.Message()
-		klog.FromContext(ctx).Info("Passed over a machine: its drain would be blocked", "cluster", klog.KObj(cluster), "machine", s.Machine, "budgets", s.Budgets)
-		machineEvent(c.cfg.Recorder, cluster, machines, s.Machine, corev1.EventTypeWarning, EventDrainWouldBlock, "Grant", note)
+	for _, it := range report {
+		klog.FromContext(ctx).Info("Passed over a machine", "cluster", klog.KObj(cluster), "machine", it.machine, "reason", it.reason, "what", it.key)
+		machineEvent(c.cfg.Recorder, cluster, machines, it.machine, corev1.EventTypeWarning, it.reason, "Grant", it.note)
 	}
 }
 
@@ -617,6 +742,14 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 			event(e.Turn.Machine, corev1.EventTypeWarning, EventK3sRestartFailed, "EndTurn", e.Message)
 		}
 	}
+	for _, s := range d.Settled {
+		logger.Info("Machine settled", "cluster", klog.KObj(cluster), "machine", s.Machine, "after", s.After, "released", s.Released)
+		note := fmt.Sprintf("Machine %s settled %s after it came back from its turn: its workloads are healthy again, and its place under maxUnavailable goes to the next machine", s.Machine, s.After.Round(time.Second))
+		if s.Released {
+			note = fmt.Sprintf("Stopped waiting for machine %s to settle, %s after it came back from its turn: a person resumed the rollout", s.Machine, s.After.Round(time.Second))
+		}
+		event(s.Machine, corev1.EventTypeNormal, EventSettled, "Settle", note)
+	}
 	if d.Lifted != nil {
 		note := fmt.Sprintf("Lifted the %s halt (machine %s): %s", d.Lifted.Reason, d.Lifted.Machine, d.LiftedBecause)
 		logger.Info("Rollout resumed", "cluster", klog.KObj(cluster), "reason", d.Lifted.Reason, "because", d.LiftedBecause)
@@ -628,6 +761,17 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		logger.Info("Rollout halted", "cluster", klog.KObj(cluster), "reason", d.Halted.Reason, "machine", d.Halted.Machine)
 		rec.Eventf(cluster, nil, corev1.EventTypeWarning, d.Halted.Reason, "Halt", "%s",
 			clip(fmt.Sprintf("Halted the rollout (%s, machine %s): %s", d.Halted.Reason, d.Halted.Machine, d.Halted.Message), maxEventNote))
+	}
+	// A hold is a rollout-level event, on the Cluster: once when it stops
+	// the turns, once when it is lifted.
+	was := meta.FindStatusCondition(cluster.Status.Conditions, likenv1.ConditionProgressing)
+	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonHeld && (was == nil || was.Reason != likenv1.ReasonHeld) {
+		logger.Info("Rollout held", "cluster", klog.KObj(cluster), "reason", cluster.Annotations[likenv1.AnnotationHold])
+		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventRolloutHeld, "Hold", "%s", clip(p.Message, maxEventNote))
+	}
+	if was != nil && was.Reason == likenv1.ReasonHeld && cluster.Annotations[likenv1.AnnotationHold] == "" {
+		logger.Info("Rollout hold lifted", "cluster", klog.KObj(cluster))
+		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventHoldLifted, "Hold", "The annotation %s was removed: turns are granted again", likenv1.AnnotationHold)
 	}
 	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonInvalidWindow {
 		if was := meta.FindStatusCondition(cluster.Status.Conditions, likenv1.ConditionProgressing); was == nil || was.Reason != p.Reason || was.Message != p.Message {

@@ -63,6 +63,26 @@ type Input struct {
 	// status.disruptionsAllowed; a budget named in Drains but not here
 	// allows none.
 	DisruptionsAllowed map[string]int32
+	// Unsettled are, by machine name, what the workloads of a machine that
+	// holds a turn or settles after one still lack before it is settled,
+	// each a phrase such as "PodDisruptionBudget shop/web to have all of
+	// its pods healthy (2 of 3)"; no entry: nothing.
+	Unsettled map[string][]string
+	// Blocked are, by machine name, the pods on it a blockingPods gate
+	// matches (the first such gate of spec.disruption.gates); computed for
+	// the machines that may ask for a turn.
+	Blocked map[string]Blocked
+	// GateErr says why a gate cannot be read; nothing is granted then.
+	GateErr error
+}
+
+// Blocked is what keeps a machine from a turn under a blockingPods gate.
+type Blocked struct {
+	// Gate is the gate's index in spec.disruption.gates.
+	Gate int
+	// Pods are the pods (namespace/name, sorted) on the machine the gate
+	// matches.
+	Pods []string
 }
 
 // Drain is what the drain of a machine's node would take from the
@@ -152,6 +172,11 @@ type Decision struct {
 	// Skipped are the machines that would have had a turn but whose drain
 	// would be blocked by PodDisruptionBudgets, in grant order.
 	Skipped []Skip
+	// Settled are the machines that stopped settling after their turn.
+	Settled []Settled
+	// Gated are the machines that would have had a turn but that a gate
+	// passed over, in grant order.
+	Gated []Gated
 	// RequeueAfter is when the decision must be taken again even if nothing
 	// changes: the end of the startup grace or the next stall deadline.
 	RequeueAfter time.Duration
@@ -200,6 +225,7 @@ func Decide(in Input) Decision {
 		kept = append(kept, t)
 	}
 	st.RebootTurns = kept
+	st.Settling, d.Settled = settleStep(in, st.Settling, d.Ended, resumed)
 
 	// Lift halts whose cause is gone.
 	lift := func(why string) {
@@ -250,20 +276,21 @@ func Decide(in Input) Decision {
 		d.Halted = st.Halt
 	}
 
-	// A turn held longer than the stall timeout stops every grant.
-	stalled := oldestStalled(st.RebootTurns, in.Now, stallTimeout)
+	// A turn held, or a machine settling, longer than the stall timeout
+	// stops every grant.
+	stalled := findStall(in, st.RebootTurns, st.Settling)
 	switch {
-	case stalled != nil && (st.Halt == nil || st.Halt.Reason == likenv1.ReasonRolloutStalled && st.Halt.Machine != stalled.Machine):
+	case stalled != nil && (st.Halt == nil || st.Halt.Reason == likenv1.ReasonRolloutStalled && st.Halt.Machine != stalled.machine):
 		st.Halt = &likenv1.RolloutHalt{
 			Reason:  likenv1.ReasonRolloutStalled,
-			Machine: stalled.Machine,
+			Machine: stalled.machine,
 			Version: c.Spec.Version,
-			Message: stallMessage(c.Name, stalled, stallTimeout),
+			Message: stalled.message,
 			Since:   metav1.NewTime(in.Now),
 		}
 		d.Halted = st.Halt
 	case stalled == nil && st.Halt != nil && st.Halt.Reason == likenv1.ReasonRolloutStalled:
-		lift(fmt.Sprintf("machine %s no longer holds a stalled turn", st.Halt.Machine))
+		lift(fmt.Sprintf("machine %s no longer holds a stalled turn nor waits to settle", st.Halt.Machine))
 	}
 
 	// Grant.
@@ -275,6 +302,10 @@ func Decide(in Input) Decision {
 	}
 	unavailable := func(m *likenv1.Machine) bool {
 		return rules.Unavailable(m, in.Silent[m.Name], in.Nodes[m.Name].forBudget())
+	}
+	// A machine back from its turn keeps its place until it settles.
+	settling := func(name string) bool {
+		return slices.ContainsFunc(st.Settling, func(s likenv1.SettlingMachine) bool { return s.Machine == name })
 	}
 	d.Waiting = waiting(in.Machines, func(name string) bool { return inLedger(name) || in.Silent[name] })
 	schedule, windowErrs := window.Parse(c.Spec.Disruption.Windows)
@@ -288,25 +319,30 @@ func Decide(in Input) Decision {
 			"Set it to 1 or more (or a percentage above 0%) to let machines reboot."}
 	case len(windowErrs) > 0:
 		blocked = &metav1.Condition{Reason: likenv1.ReasonInvalidWindow, Message: invalidWindowMessage(c.Name, windowErrs)}
+	case in.GateErr != nil:
+		blocked = &metav1.Condition{Reason: likenv1.ReasonInvalidGate, Message: fmt.Sprintf(
+			"No turn is granted: cluster-operator cannot read a gate, and grants nothing rather than pass it: %s. Fix it (kubectl edit cluster %s); granting resumes by itself.",
+			clip(in.GateErr.Error(), maxMachineMessage), c.Name)}
 	case in.Now.Before(in.GrantFrom):
 		blocked = &metav1.Condition{Reason: likenv1.ReasonStartupGrace, Message: fmt.Sprintf(
 			"cluster-operator %s started leading; it grants no turn until %s, so that machines that went down before it started read Lost first. Granting resumes then by itself.",
 			in.Identity, ceilSecond(in.GrantFrom).UTC().Format(time.RFC3339))}
 	case stalled != nil:
-		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stallMessage(c.Name, stalled, stallTimeout)}
+		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stalled.message}
 	}
 	trialHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonTrialFailed
 	k3sHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonK3sRestartFailed
+	held := c.Annotations[likenv1.AnnotationHold] != ""
 	// Outside every maintenance window nothing is granted; the turns held
 	// go on to their end.
 	var win window.State
 	if blocked == nil {
 		win = schedule.At(in.Now)
 	}
-	if blocked == nil && win.Open {
+	if blocked == nil && !held && win.Open {
 		free := maxUnavailable - len(st.RebootTurns)
 		for _, m := range in.Machines {
-			if !inLedger(m.Name) && unavailable(m) {
+			if !inLedger(m.Name) && (unavailable(m) || settling(m.Name)) {
 				free--
 			}
 		}
@@ -325,7 +361,7 @@ func Decide(in Input) Decision {
 		}
 		leaderDownOtherThan := func(name string) bool {
 			for _, m := range in.Machines {
-				if m.Name != name && rules.IsLeader(m) && (inLedger(m.Name) || unavailable(m)) {
+				if m.Name != name && rules.IsLeader(m) && (inLedger(m.Name) || unavailable(m) || settling(m.Name)) {
 					return true
 				}
 			}
@@ -342,6 +378,13 @@ func Decide(in Input) Decision {
 			}
 		}
 		for _, m := range d.Waiting {
+			if settling(m.Name) {
+				continue // its next turn comes once it settled
+			}
+			if b, ok := in.Blocked[m.Name]; ok {
+				d.Gated = append(d.Gated, Gated{Machine: m.Name, Leader: rules.IsLeader(m), Blocked: b})
+				continue
+			}
 			reason := reasonFor(m)
 			// A Release turn is for spec.version only: a machine that still
 			// reports an earlier target staged (spec.version just changed,
@@ -392,6 +435,7 @@ func Decide(in Input) Decision {
 			if reason == likenv1.TurnRelease {
 				t.Version = m.Status.Staged
 			}
+			t.Budgets = turnBudgets(drain)
 			st.RebootTurns = append(st.RebootTurns, t)
 			d.Granted = append(d.Granted, t)
 		}
@@ -408,14 +452,25 @@ func Decide(in Input) Decision {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonTrialFailed, st.Halt.Message
 	case k3sHalt:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, st.Halt.Message
+	case held:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonHeld, heldMessage(c, st.RebootTurns)
 	case !win.Open && len(d.Waiting) > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonOutsideWindow
 		cond.Message = outsideWindowMessage(win, st.RebootTurns, d.Waiting)
-	case len(st.RebootTurns) > 0 || len(d.Waiting) > 0:
+	case len(st.RebootTurns) > 0 || len(d.Waiting) > 0 || len(st.Settling) > 0:
 		cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonGranting
 		if len(st.RebootTurns) == 0 && len(d.Skipped) > 0 {
 			// Nothing moves, and a drain that would be blocked is why.
 			cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonDrainBlocked
+		}
+		if len(st.RebootTurns) == 0 && len(d.Skipped) == 0 && len(d.Gated) > 0 {
+			// Nothing moves, and a gate is why.
+			cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonGateClosed
+		}
+		if len(st.Settling) > 0 && slices.ContainsFunc(d.Waiting, func(m *likenv1.Machine) bool { return !inLedger(m.Name) }) {
+			// Machines wait, and places that settling machines keep may
+			// be why.
+			cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonSettling
 		}
 		var down nameList
 		for _, m := range in.Machines {
@@ -426,6 +481,10 @@ func Decide(in Input) Decision {
 		cond.Message = grantingMessage(st.RebootTurns, down, d.Waiting, inLedger, maxUnavailable)
 		cond.Message += orderMessage(in.Machines, d.Waiting, inLedger, inTrial, c.Spec.Version, d.Skipped)
 		cond.Message += skippedMessage(d.Skipped)
+		cond.Message += gatedMessage(d.Gated)
+		if len(st.Settling) > 0 {
+			cond.Message = strings.TrimPrefix(cond.Message+settlingMessage(st.Settling, in, c.Spec.Disruption.SettleOrDefault()), " ")
+		}
 		if !win.Always && len(d.Waiting) > 0 {
 			cond.Message += openWindowMessage(win)
 		}
@@ -436,7 +495,7 @@ func Decide(in Input) Decision {
 	fleet.SetCondition(&st.Conditions, cond, in.Now)
 
 	d.Status = *st
-	d.RequeueAfter = nextDeadline(st.RebootTurns, in.Now, in.GrantFrom, stallTimeout)
+	d.RequeueAfter = nextDeadline(st.RebootTurns, st.Settling, in.Now, in.GrantFrom, stallTimeout, c.Spec.Disruption.SettleOrDefault())
 	if len(d.Waiting) > 0 {
 		// Decide again when the window opens, to grant on time, or when
 		// it closes, so that Progressing says the machines wait for the
@@ -1009,10 +1068,10 @@ func (l nameList) String() string {
 	return fmt.Sprintf("%s and %d more", strings.Join(l.names, ","), l.n-len(l.names))
 }
 
-// nextDeadline is the delay until the startup grace ends or a turn
-// reaches the stall timeout, whichever comes first; 0 when neither is
-// ahead.
-func nextDeadline(turns []likenv1.RebootTurn, now, grantFrom time.Time, stallTimeout time.Duration) time.Duration {
+// nextDeadline is the delay until the startup grace ends, a turn reaches
+// the stall timeout, or a machine's settle time or stall timeout after its
+// return ends, whichever comes first; 0 when none is ahead.
+func nextDeadline(turns []likenv1.RebootTurn, settling []likenv1.SettlingMachine, now, grantFrom time.Time, stallTimeout, settleTime time.Duration) time.Duration {
 	var next time.Duration
 	consider := func(at time.Time) {
 		if d := at.Sub(now); d > 0 && (next == 0 || d < next) {
@@ -1022,6 +1081,10 @@ func nextDeadline(turns []likenv1.RebootTurn, now, grantFrom time.Time, stallTim
 	consider(grantFrom)
 	for _, t := range turns {
 		consider(t.GrantedAt.Add(stallTimeout))
+	}
+	for _, s := range settling {
+		consider(s.ReturnedAt.Add(settleTime))
+		consider(s.ReturnedAt.Add(stallTimeout))
 	}
 	return next
 }

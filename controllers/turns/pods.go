@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,16 @@ type Pod struct {
 	// TakesDisruption: its eviction takes a disruption from the budgets
 	// that cover it (it is neither Pending nor being deleted).
 	TakesDisruption bool
+	// Finished: it succeeded or failed, and runs no more.
+	Finished bool
+	// DaemonSet: a DaemonSet controls it. Only such a pod keeps Ready and
+	// Started, which the settle check reads.
+	DaemonSet bool
+	// Ready: its Ready condition is True.
+	Ready bool
+	// Started is when the last of its containers started running; zero
+	// while one is not running.
+	Started time.Time
 }
 
 // Namespace of the pod.
@@ -118,7 +129,7 @@ func TrimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	evicted, takes := eviction.Evicts(p)
-	return &Pod{
+	out := &Pod{
 		namespace:       unique.Make(p.Namespace),
 		Name:            p.Name,
 		ResourceVersion: p.ResourceVersion,
@@ -126,7 +137,32 @@ func TrimPod(obj any) (any, error) {
 		Labels:          podLabels(p.Labels),
 		Evicted:         evicted,
 		TakesDisruption: takes,
-	}, nil
+		Finished:        p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
+	}
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+		out.DaemonSet = true
+		out.Ready = slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		})
+		out.Started = lastStarted(p)
+	}
+	return out, nil
+}
+
+// lastStarted is when the last of pod's containers started running, or
+// zero while one of them is not running.
+func lastStarted(pod *corev1.Pod) time.Time {
+	var last time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		r := cs.State.Running
+		if r == nil {
+			return time.Time{}
+		}
+		if r.StartedAt.After(last) {
+			last = r.StartedAt.Time
+		}
+	}
+	return last
 }
 
 // TrimBudget is the PodDisruptionBudget informer's transform: it drops the
@@ -166,7 +202,8 @@ func NewPodInformer(client kubernetes.Interface) cache.SharedIndexInformer {
 // samePod tells whether two versions of a pod read the same to the drain
 // check: the pod's status changes often and means nothing to it.
 func samePod(a, b *Pod) bool {
-	return a.nodeName == b.nodeName && a.Evicted == b.Evicted && a.TakesDisruption == b.TakesDisruption && a.Labels == b.Labels
+	return a.nodeName == b.nodeName && a.Evicted == b.Evicted && a.TakesDisruption == b.TakesDisruption && a.Labels == b.Labels &&
+		a.Finished == b.Finished && a.Ready == b.Ready && a.Started.Equal(b.Started)
 }
 
 // budgetsReader reads the PodDisruptionBudgets and the pods of nodes from
@@ -242,6 +279,66 @@ func (r *budgetsReader) drainOf(node string) (Drain, error) {
 		slices.Sort(pods)
 	}
 	return d, nil
+}
+
+// unsettled says what the workloads of machine node, back from a turn
+// granted at grantedAt whose drain took disruptions from budgets, still
+// lack: a budget without all of its pods healthy, a DaemonSet pod on it
+// not Ready or, after a reboot, whose containers have not all started
+// since the grant (a status the kubelet of the new boot has not written
+// yet). Nil when nothing.
+func (r *budgetsReader) unsettled(node string, budgets []string, grantedAt time.Time, rebooted bool) ([]string, error) {
+	var out []string
+	for _, key := range budgets {
+		obj, exists, err := r.budgets.GetByKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("reading PodDisruptionBudget %s: %w", key, err)
+		}
+		b, ok := obj.(*policyv1.PodDisruptionBudget)
+		if !exists || !ok {
+			continue // deleted: nothing to wait for
+		}
+		switch {
+		case b.Status.ObservedGeneration < b.Generation:
+			out = append(out, fmt.Sprintf("PodDisruptionBudget %s to be counted again since its last change", key))
+		case b.Status.CurrentHealthy < b.Status.ExpectedPods:
+			out = append(out, fmt.Sprintf("PodDisruptionBudget %s to have all of its pods healthy (%d of %d)", key, b.Status.CurrentHealthy, b.Status.ExpectedPods))
+		}
+	}
+	objs, err := r.pods.ByIndex(ByNode, node)
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s: %w", node, err)
+	}
+	var notReady, notStarted []string
+	for _, o := range objs {
+		p, ok := o.(*Pod)
+		if !ok || !p.DaemonSet {
+			continue
+		}
+		switch {
+		case !p.Ready:
+			notReady = append(notReady, p.key())
+		case rebooted && p.Started.Before(grantedAt):
+			notStarted = append(notStarted, p.key())
+		}
+	}
+	if len(notReady) > 0 {
+		slices.Sort(notReady)
+		out = append(out, "DaemonSet pods "+listed(notReady)+" to be Ready")
+	}
+	if len(notStarted) > 0 {
+		slices.Sort(notStarted)
+		out = append(out, "DaemonSet pods "+listed(notStarted)+" to start again since the reboot")
+	}
+	return out, nil
+}
+
+// listed joins the first maxListed names with commas, and counts the rest.
+func listed(names []string) string {
+	if len(names) > maxListed {
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ","), len(names)-maxListed)
+	}
+	return strings.Join(names, ",")
 }
 
 // drainNote describes the budgets that block a drain, for messages:

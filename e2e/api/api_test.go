@@ -162,6 +162,7 @@ func TestExplain(t *testing.T) {
 		{"cluster.spec.disruption.maxUnavailable", "Default 1"},
 		{"cluster.spec.disruption.drainTimeout", "default 10m"},
 		{"cluster.spec.disruption.stallTimeout", "RolloutStalled"},
+		{"cluster.spec.disruption.settle", "PodDisruptionBudget"},
 		{"cluster.spec.disruption.trialTimeout", "proven slot"},
 		{"cluster.spec.settings.registryMirrors", "Disruption class: RestartK3s"},
 		{"cluster.status.conditions", "Progressing"},

@@ -72,6 +72,7 @@ func newFleet(t *testing.T, policies map[string]likenv1.RebootPolicy) *fleet {
 			Disruption: likenv1.DisruptionSpec{
 				DrainTimeout: &metav1.Duration{Duration: time.Minute},
 				TrialTimeout: &metav1.Duration{Duration: time.Minute},
+				Settle:       &metav1.Duration{},
 			},
 		},
 	}, metav1.CreateOptions{})

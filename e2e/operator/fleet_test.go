@@ -103,8 +103,10 @@ func setup(t *testing.T, spec fleetSpec) *env {
 				Source:  e.channel.URL + "/liken",
 				Catalog: []likenv1.CatalogEntry{{Version: version1, Digest: digest1}, {Version: version2, Digest: digest2}},
 			},
-			Network:    likenv1.NetworkSpec{Endpoint: e.cp.Server},
-			Disruption: likenv1.DisruptionSpec{MaxUnavailable: &mu},
+			Network: likenv1.NetworkSpec{Endpoint: e.cp.Server},
+			// Settle 0s: the simulated machines run no workloads to wait
+			// for, and the tests time the turns.
+			Disruption: likenv1.DisruptionSpec{MaxUnavailable: &mu, Settle: &metav1.Duration{}},
 		},
 	}, metav1.CreateOptions{})
 	assert.NilError(t, err)

@@ -201,6 +201,24 @@ type DisruptionSpec struct {
 	// default 30m. Disruption class: Live.
 	// +optional
 	StallTimeout *metav1.Duration `json:"stallTimeout,omitempty"`
+	// Settle is how long, at the least, a machine that came back from its
+	// turn keeps its place under maxUnavailable before the place goes to
+	// another machine. The machine is settled once this time has passed
+	// since it came back, every PodDisruptionBudget its drain took
+	// disruptions from has all of its pods healthy again, and the
+	// DaemonSet pods on it are Ready (after a reboot, with containers
+	// started since the turn was granted). Until then it counts against maxUnavailable, and
+	// a leader as a leader that is down. A machine not settled within the
+	// stall timeout of its return halts the rollout with RolloutStalled. A
+	// duration such as 30s or 5m; 0s waits for the workloads alone.
+	// Default 30s. Disruption class: Live.
+	// +optional
+	Settle *metav1.Duration `json:"settle,omitempty"`
+	// Gates are conditions that must be open for a machine to get a turn.
+	// At most 16. Disruption class: Live.
+	// +optional
+	// +listType=atomic
+	Gates []Gate `json:"gates,omitempty"`
 	// Windows are the maintenance windows: the only times cluster-operator
 	// grants reboot turns. A turn granted inside a window goes on to its end
 	// after the window closes. Machines download and stage releases at any
@@ -211,6 +229,28 @@ type DisruptionSpec struct {
 	// +optional
 	// +listType=atomic
 	Windows []MaintenanceWindow `json:"windows,omitempty"`
+}
+
+// Gate is a condition every turn waits for. It has exactly one kind.
+type Gate struct {
+	// BlockingPods passes over every machine that runs a pod (not finished)
+	// its selector matches: such a machine gets no turn while the pod runs
+	// there, and the next machine in order takes the turn.
+	// +optional
+	BlockingPods *BlockingPodsGate `json:"blockingPods,omitempty"`
+}
+
+// BlockingPodsGate names the pods that keep their machine from a turn.
+type BlockingPodsGate struct {
+	// Selector matches the labels of the pods that block, in every
+	// namespace (or in Namespaces). It must select something: an empty
+	// selector is refused.
+	Selector metav1.LabelSelector `json:"selector"`
+	// Namespaces limits the gate to pods of these namespaces; none: every
+	// namespace.
+	// +optional
+	// +listType=set
+	Namespaces []string `json:"namespaces,omitempty"`
 }
 
 // MaintenanceWindow is a time of the week when cluster-operator may grant
@@ -289,6 +329,13 @@ type ClusterStatus struct {
 	// channel.
 	// +optional
 	Releases ReleasesStatus `json:"releases,omitempty"`
+	// Settling are the machines that came back from a turn and are not
+	// settled yet (spec.disruption.settle). Each keeps its place under
+	// maxUnavailable until it is.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	Settling []SettlingMachine `json:"settling,omitempty"`
 	// Halt, when set, stops new turns until a person acts: a turn that
 	// stalled, or a trial that failed.
 	// +optional
@@ -326,10 +373,10 @@ const (
 	// TurnReboot is a turn for any other reboot: a staged change of class
 	// Reboot, or a reboot a person requested.
 	TurnReboot TurnReason = "Reboot"
-	// TurnRestartK3s is a leader's turn to restart k3s in place for a
-	// change of class RestartK3s: no cordon, no drain, no reboot. Leaders
-	// take it one at a time, so the datastore keeps its majority; workers
-	// restart k3s without a turn.
+	// TurnRestartK3s is a turn to restart k3s in place for a change of
+	// class RestartK3s: no cordon, no drain, no reboot. Turns are granted
+	// within maxUnavailable, and leaders take them one at a time, so the
+	// datastore keeps its majority.
 	TurnRestartK3s TurnReason = "RestartK3s"
 )
 
@@ -359,6 +406,35 @@ type RebootTurn struct {
 	Version string `json:"version,omitempty"`
 	// GrantedAt is when the turn was recorded.
 	GrantedAt metav1.Time `json:"grantedAt"`
+	// Budgets are the PodDisruptionBudgets (namespace/name) the machine's
+	// drain was to take disruptions from when the turn was granted: once
+	// the machine is back, each must have all of its pods healthy again
+	// before the machine is settled. At most 32, the first by name.
+	// +optional
+	// +listType=atomic
+	Budgets []string `json:"budgets,omitempty"`
+}
+
+// SettlingMachine is a machine that came back from its turn and whose
+// workloads are not settled yet.
+type SettlingMachine struct {
+	// Machine came back from its turn.
+	Machine string `json:"machine"`
+	// Reason is the reason of the turn it came back from.
+	Reason TurnReason `json:"reason"`
+	// Leader is true when the machine is a leader.
+	// +optional
+	Leader bool `json:"leader,omitempty"`
+	// Budgets are the PodDisruptionBudgets its drain took disruptions
+	// from (the turn's budgets).
+	// +optional
+	// +listType=atomic
+	Budgets []string `json:"budgets,omitempty"`
+	// GrantedAt is when its turn was granted: after a reboot, its
+	// DaemonSet pods must have started since then.
+	GrantedAt metav1.Time `json:"grantedAt"`
+	// ReturnedAt is when its turn ended.
+	ReturnedAt metav1.Time `json:"returnedAt"`
 }
 
 // ReleasesStatus is what cluster-operator knows of releases.

@@ -25,6 +25,10 @@ const (
 	// AnnotationResumeRollout: a new value on a Cluster lifts a halt
 	// (RolloutStalled, TrialFailed or K3sRestartFailed); liken rollout resume sets it.
 	AnnotationResumeRollout = "liken.sh/resume-rollout"
+	// AnnotationHold on a Cluster stops new turns while it is set; its
+	// value is the reason, shown with who set it and when. Turns held go
+	// on to their end.
+	AnnotationHold = "liken.sh/hold"
 	// AnnotationApprovedChange on a Machine holds the status.change value a
 	// person approved with liken approve-reboot.
 	AnnotationApprovedChange = "liken.sh/approved-change"
@@ -118,6 +122,20 @@ const (
 	// it ran before; on a Cluster's Progressing, the halt that follows: no
 	// machine restarts k3s until the value changes or a person resumes.
 	ReasonK3sRestartFailed = "K3sRestartFailed"
+	// ReasonSettling: on a Cluster's Progressing, machines wait for a turn
+	// while machines that came back from theirs settle
+	// (spec.disruption.settle); the message names what each waits for.
+	ReasonSettling = "Settling"
+	// ReasonHeld: on a Cluster's Progressing, the annotation liken.sh/hold
+	// stops new turns; the message gives its reason, who set it and when.
+	ReasonHeld = "Held"
+	// ReasonGateClosed: on a Cluster's Progressing, no turn is held or
+	// granted and the machines that wait were passed over by a gate of
+	// spec.disruption.gates; the message names each and the gate.
+	ReasonGateClosed = "GateClosed"
+	// ReasonInvalidGate: on a Cluster's Progressing, a gate of
+	// spec.disruption.gates cannot be read; nothing is granted.
+	ReasonInvalidGate = "InvalidGate"
 )
 
 // Defaults of optional fields.
@@ -126,6 +144,7 @@ const (
 	DefaultDrainTimeout = 10 * time.Minute
 	DefaultTrialTimeout = 10 * time.Minute
 	DefaultStallTimeout = 30 * time.Minute
+	DefaultSettle       = 30 * time.Second
 	// DefaultServiceCIDR is the service range when spec.network.serviceCIDR
 	// is unset.
 	DefaultServiceCIDR = "10.96.0.0/16"
@@ -282,6 +301,14 @@ func (d *DisruptionSpec) StallTimeoutOrDefault() time.Duration {
 		return DefaultStallTimeout
 	}
 	return d.StallTimeout.Duration
+}
+
+// SettleOrDefault is spec.disruption.settle, or its default.
+func (d *DisruptionSpec) SettleOrDefault() time.Duration {
+	if d.Settle == nil || d.Settle.Duration < 0 {
+		return DefaultSettle
+	}
+	return d.Settle.Duration
 }
 
 // MaxUnavailableFor resolves spec.disruption.maxUnavailable for a cluster

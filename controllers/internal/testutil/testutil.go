@@ -32,7 +32,9 @@ const (
 )
 
 // Cluster returns a Cluster named name on Version1 with both versions
-// catalogued, changed by opts.
+// catalogued, changed by opts. Its spec.disruption.settle is 0s, so that
+// tests of other rules grant the next turn as soon as the workloads allow
+// (Settle sets it; nil is the default).
 func Cluster(name string, opts ...func(*likenv1.Cluster)) *likenv1.Cluster {
 	c := &likenv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1, ResourceVersion: "1", Annotations: map[string]string{}},
@@ -45,7 +47,8 @@ func Cluster(name string, opts ...func(*likenv1.Cluster)) *likenv1.Cluster {
 					{Version: Version2, Digest: "sha256:" + fmt.Sprintf("%064x", 2)},
 				},
 			},
-			Network: likenv1.NetworkSpec{Endpoint: "https://10.0.0.1:6443"},
+			Network:    likenv1.NetworkSpec{Endpoint: "https://10.0.0.1:6443"},
+			Disruption: likenv1.DisruptionSpec{Settle: &metav1.Duration{}},
 		},
 	}
 	for _, o := range opts {
@@ -59,6 +62,16 @@ func MaxUnavailable(v string) func(*likenv1.Cluster) {
 	return func(c *likenv1.Cluster) {
 		iv := intstr.Parse(v)
 		c.Spec.Disruption.MaxUnavailable = &iv
+	}
+}
+
+// Settle sets spec.disruption.settle; nil leaves it unset (the default).
+func Settle(d *time.Duration) func(*likenv1.Cluster) {
+	return func(c *likenv1.Cluster) {
+		c.Spec.Disruption.Settle = nil
+		if d != nil {
+			c.Spec.Disruption.Settle = &metav1.Duration{Duration: *d}
+		}
 	}
 }
 
