@@ -109,18 +109,24 @@ with a new settings.k3sArgs or registryMirrors value) or when
 func newResumeCommand(flags *kube.Flags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume CLUSTER",
-		Short: "Resume a rollout halted by RolloutStalled, TrialFailed or K3sRestartFailed",
+		Short: "Resume a halted rollout (a stall, or a failed trial, canary or k3s restart)",
 		Long: `Resume a rollout that cluster-operator halted, once you have examined the
 machine named in the halt.
 
-RolloutStalled: a machine held its turn past the stall timeout. Resuming
-releases that machine's turn, so the budget frees up; the machine asks
+RolloutStalled: a machine held its turn past the stall timeout, or came
+back but did not settle within it. Resuming releases that machine's turn,
+or stops waiting for it to settle, so the budget frees up; the machine asks
 again when it comes back.
 
 TrialFailed: a machine could not prove the release and went back to its
 proven slot. Resuming lets machines try the same release again, that one
 included; if another trial fails, the rollout halts again. To stop the
 release instead, set spec.version back (that also lifts the halt).
+
+CanaryFailed: the first machine of the rollout turned unhealthy on the new
+release during its canary time (spec.disruption.canary). Resuming counts
+the canary as passed: the other machines follow without a new canary. To
+stop the release instead, set spec.version back.
 
 K3sRestartFailed: a machine's node was not Ready again within the trial
 timeout after k3s restarted with a new value of settings.k3sArgs or
@@ -568,7 +574,7 @@ func halt(cl *v1alpha1.Cluster) *HaltedError {
 		return &HaltedError{Cluster: cl.Name, Reason: h.Reason, Machine: h.Machine, Message: h.Message}
 	}
 	if p := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ConditionProgressing); p != nil && p.Status == metav1.ConditionFalse &&
-		(p.Reason == v1alpha1.ReasonRolloutStalled || p.Reason == v1alpha1.ReasonTrialFailed || p.Reason == v1alpha1.ReasonK3sRestartFailed) {
+		(p.Reason == v1alpha1.ReasonRolloutStalled || p.Reason == v1alpha1.ReasonTrialFailed || p.Reason == v1alpha1.ReasonCanaryFailed || p.Reason == v1alpha1.ReasonK3sRestartFailed) {
 		machine := "a machine"
 		if cl.Status.Halt != nil {
 			machine = cl.Status.Halt.Machine
@@ -612,6 +618,8 @@ func Resume(ctx context.Context, c versioned.Interface, clk clock.PassiveClock, 
 		fmt.Fprintf(out, "The turn %s held is released; %s asks for a new one when it is back.\n", h.Machine, h.Machine)
 	case v1alpha1.ReasonTrialFailed:
 		fmt.Fprintf(out, "Machines may now try %s again, %s included, within the disruption budget; if another trial fails, the rollout halts again.\n", cl.Spec.Version, h.Machine)
+	case v1alpha1.ReasonCanaryFailed:
+		fmt.Fprintf(out, "The canary %s counts as passed: the other machines may now take their turns to %s within the disruption budget, without a new canary.\n", h.Machine, cl.Spec.Version)
 	case v1alpha1.ReasonK3sRestartFailed:
 		fmt.Fprintf(out, "Machines may now restart k3s with the same value again, %s included, within the disruption budget; if another restart fails, the rollout halts again.\n", h.Machine)
 	}

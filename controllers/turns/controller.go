@@ -87,6 +87,12 @@ const (
 	// EventHoldLifted: the annotation liken.sh/hold was removed; turns are
 	// granted again.
 	EventHoldLifted = "HoldLifted"
+	// EventCanaryPassed: the canary of a rollout ran the new release,
+	// settled and healthy, for spec.disruption.canary's duration (or a
+	// person resumed after it failed); the rest of the fleet follows. A
+	// canary that fails halts the rollout: event CanaryFailed, as every
+	// halt, on the Cluster.
+	EventCanaryPassed = "CanaryPassed"
 )
 
 // StatusWriter is the one write the turn controller makes: an update of a
@@ -761,6 +767,10 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		logger.Info("Rollout halted", "cluster", klog.KObj(cluster), "reason", d.Halted.Reason, "machine", d.Halted.Machine)
 		rec.Eventf(cluster, nil, corev1.EventTypeWarning, d.Halted.Reason, "Halt", "%s",
 			clip(fmt.Sprintf("Halted the rollout (%s, machine %s): %s", d.Halted.Reason, d.Halted.Machine, d.Halted.Message), maxEventNote))
+	}
+	if cp := d.CanaryPassed; cp != nil {
+		logger.Info("Canary passed", "cluster", klog.KObj(cluster), "machine", cp.Machine, "version", cp.Version)
+		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventCanaryPassed, "Canary", "The canary %s passed on release %s: the other machines follow", cp.Machine, cp.Version)
 	}
 	// A hold is a rollout-level event, on the Cluster: once when it stops
 	// the turns, once when it is lifted.

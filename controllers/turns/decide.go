@@ -177,6 +177,8 @@ type Decision struct {
 	// Gated are the machines that would have had a turn but that a gate
 	// passed over, in grant order.
 	Gated []Gated
+	// CanaryPassed is the canary that passed in this decision.
+	CanaryPassed *likenv1.CanaryStatus
 	// RequeueAfter is when the decision must be taken again even if nothing
 	// changes: the end of the startup grace or the next stall deadline.
 	RequeueAfter time.Duration
@@ -200,6 +202,7 @@ func Decide(in Input) Decision {
 		st.ObservedResume = v
 		resumed = true
 	}
+	resumedCanary := resumed && st.Halt != nil && st.Halt.Reason == likenv1.ReasonCanaryFailed
 
 	// End the turns that are over.
 	var failed, k3sFailed *Ended
@@ -226,6 +229,10 @@ func Decide(in Input) Decision {
 	}
 	st.RebootTurns = kept
 	st.Settling, d.Settled = settleStep(in, st.Settling, d.Ended, resumed)
+	cn := canaryStep(in, st, d.Ended, resumedCanary)
+	if cn.passed {
+		d.CanaryPassed = st.Canary
+	}
 
 	// Lift halts whose cause is gone.
 	lift := func(why string) {
@@ -237,7 +244,7 @@ func Decide(in Input) Decision {
 	if resumed {
 		lift(fmt.Sprintf("a person resumed the rollout (annotation %s=%s)", likenv1.AnnotationResumeRollout, st.ObservedResume))
 	}
-	if st.Halt != nil && st.Halt.Reason == likenv1.ReasonTrialFailed && st.Halt.Version != c.Spec.Version {
+	if st.Halt != nil && (st.Halt.Reason == likenv1.ReasonTrialFailed || st.Halt.Reason == likenv1.ReasonCanaryFailed) && st.Halt.Version != c.Spec.Version {
 		lift(fmt.Sprintf("spec.version changed from %s to %s", st.Halt.Version, c.Spec.Version))
 	}
 	if h := st.Halt; h != nil && h.Reason == likenv1.ReasonK3sRestartFailed {
@@ -259,6 +266,13 @@ func Decide(in Input) Decision {
 			Message: failed.Message,
 			Since:   metav1.NewTime(in.Now),
 		}
+		d.Halted = st.Halt
+	}
+
+	// A canary that turned unhealthy on the new release halts its rollout
+	// as a failed trial does; neither replaces the other.
+	if cn.failed != nil && (st.Halt == nil || st.Halt.Reason != likenv1.ReasonTrialFailed && st.Halt.Reason != likenv1.ReasonCanaryFailed) {
+		st.Halt = cn.failed
 		d.Halted = st.Halt
 	}
 
@@ -330,7 +344,7 @@ func Decide(in Input) Decision {
 	case stalled != nil:
 		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stalled.message}
 	}
-	trialHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonTrialFailed
+	trialHalt := st.Halt != nil && (st.Halt.Reason == likenv1.ReasonTrialFailed || st.Halt.Reason == likenv1.ReasonCanaryFailed)
 	k3sHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonK3sRestartFailed
 	held := c.Annotations[likenv1.AnnotationHold] != ""
 	// Outside every maintenance window nothing is granted; the turns held
@@ -396,6 +410,9 @@ func Decide(in Input) Decision {
 			if reason == likenv1.TurnRestartK3s && k3sHalt {
 				continue
 			}
+			if reason == likenv1.TurnRelease && cn.hold {
+				continue // the canary first
+			}
 			if reason == likenv1.TurnRelease && rules.IsLeader(m) && workersAhead && c.Spec.Version < m.Status.Version {
 				continue // a downgrade: the workers first
 			}
@@ -434,6 +451,12 @@ func Decide(in Input) Decision {
 			}
 			if reason == likenv1.TurnRelease {
 				t.Version = m.Status.Staged
+				if c.Spec.Disruption.Canary != nil && st.Canary == nil {
+					// The first Release turn of the rollout: its machine is
+					// the canary, and the others wait for it.
+					st.Canary = &likenv1.CanaryStatus{Machine: m.Name, Version: t.Version}
+					cn = canary{hold: true, message: canaryTurnMessage(st.Canary, c.Spec.Disruption.Canary)}
+				}
 			}
 			t.Budgets = turnBudgets(drain)
 			st.RebootTurns = append(st.RebootTurns, t)
@@ -449,7 +472,7 @@ func Decide(in Input) Decision {
 	case blocked != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, blocked.Reason, blocked.Message
 	case trialHalt:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonTrialFailed, st.Halt.Message
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, st.Halt.Reason, st.Halt.Message
 	case k3sHalt:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, st.Halt.Message
 	case held:
@@ -466,6 +489,10 @@ func Decide(in Input) Decision {
 		if len(st.RebootTurns) == 0 && len(d.Skipped) == 0 && len(d.Gated) > 0 {
 			// Nothing moves, and a gate is why.
 			cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonGateClosed
+		}
+		if cn.hold && slices.ContainsFunc(d.Waiting, func(m *likenv1.Machine) bool { return !inLedger(m.Name) && reasonFor(m) == likenv1.TurnRelease }) {
+			// Machines wait for the canary.
+			cond.Status, cond.Reason = metav1.ConditionTrue, likenv1.ReasonCanary
 		}
 		if len(st.Settling) > 0 && slices.ContainsFunc(d.Waiting, func(m *likenv1.Machine) bool { return !inLedger(m.Name) }) {
 			// Machines wait, and places that settling machines keep may
@@ -485,6 +512,9 @@ func Decide(in Input) Decision {
 		if len(st.Settling) > 0 {
 			cond.Message = strings.TrimPrefix(cond.Message+settlingMessage(st.Settling, in, c.Spec.Disruption.SettleOrDefault()), " ")
 		}
+		if cn.hold {
+			cond.Message = strings.TrimPrefix(cond.Message+" "+cn.message, " ")
+		}
 		if !win.Always && len(d.Waiting) > 0 {
 			cond.Message += openWindowMessage(win)
 		}
@@ -496,6 +526,9 @@ func Decide(in Input) Decision {
 
 	d.Status = *st
 	d.RequeueAfter = nextDeadline(st.RebootTurns, st.Settling, in.Now, in.GrantFrom, stallTimeout, c.Spec.Disruption.SettleOrDefault())
+	if w := cn.until.Sub(in.Now); w > 0 && (d.RequeueAfter == 0 || w < d.RequeueAfter) {
+		d.RequeueAfter = w
+	}
 	if len(d.Waiting) > 0 {
 		// Decide again when the window opens, to grant on time, or when
 		// it closes, so that Progressing says the machines wait for the

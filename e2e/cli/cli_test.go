@@ -470,6 +470,8 @@ func (e *env) testValidationParity(t *testing.T) {
 		{"zero settle", cluster("p-6s", okSpec+"  disruption: {settle: 0s}\n"), true},
 		{"negative settle", cluster("p-6n", okSpec+"  disruption: {settle: -5s}\n"), false},
 		{"settle as long as the stall timeout", cluster("p-6l", okSpec+"  disruption: {settle: 15m, stallTimeout: 15m}\n"), false},
+		{"canary", cluster("p-c1", okSpec+"  disruption: {canary: {duration: 2h}}\n"), true},
+		{"short canary", cluster("p-c2", okSpec+"  disruption: {canary: {duration: 30s}}\n"), false},
 		{"gate", cluster("p-g1", okSpec+"  disruption: {gates: [{blockingPods: {selector: {matchLabels: {example.com/no-reboot: \"true\"}, matchExpressions: [{key: tier, operator: In, values: [db]}]}, namespaces: [shop]}}]}\n"), true},
 		{"gate without kind", cluster("p-g2", okSpec+"  disruption: {gates: [{}]}\n"), false},
 		{"gate selecting everything", cluster("p-g3", okSpec+"  disruption: {gates: [{blockingPods: {selector: {}}}]}\n"), false},

@@ -214,6 +214,15 @@ type DisruptionSpec struct {
 	// Default 30s. Disruption class: Live.
 	// +optional
 	Settle *metav1.Duration `json:"settle,omitempty"`
+	// Canary, when set, makes the first machine of each rollout a canary:
+	// once it is back on the new release, no other machine gets a turn to
+	// that release until the canary ran it, settled, for the canary's
+	// duration. If the canary turns unhealthy in that time (NotReady, Lost,
+	// Degraded, or no longer on the release), the rollout halts with
+	// CanaryFailed, as for a failed trial. Unset: no canary. Disruption
+	// class: Live (from the next rollout).
+	// +optional
+	Canary *CanarySpec `json:"canary,omitempty"`
 	// Gates are conditions that must be open for a machine to get a turn.
 	// At most 16. Disruption class: Live.
 	// +optional
@@ -229,6 +238,15 @@ type DisruptionSpec struct {
 	// +optional
 	// +listType=atomic
 	Windows []MaintenanceWindow `json:"windows,omitempty"`
+}
+
+// CanarySpec is how long the first machine of a rollout runs the new
+// release before the others follow.
+type CanarySpec struct {
+	// Duration is how long the canary runs the new release, settled and
+	// healthy, before a second machine gets a turn to it: a duration such
+	// as 30m or 2h, at least 1m and at most 7 days (168h).
+	Duration metav1.Duration `json:"duration"`
 }
 
 // Gate is a condition every turn waits for. It has exactly one kind.
@@ -336,6 +354,10 @@ type ClusterStatus struct {
 	// +listType=map
 	// +listMapKey=machine
 	Settling []SettlingMachine `json:"settling,omitempty"`
+	// Canary is the canary of the rollout of spec.version (or of the last
+	// rollout), when spec.disruption.canary is set.
+	// +optional
+	Canary *CanaryStatus `json:"canary,omitempty"`
 	// Halt, when set, stops new turns until a person acts: a turn that
 	// stalled, or a trial that failed.
 	// +optional
@@ -415,6 +437,23 @@ type RebootTurn struct {
 	Budgets []string `json:"budgets,omitempty"`
 }
 
+// CanaryStatus is where the canary of a rollout stands.
+type CanaryStatus struct {
+	// Machine is the canary: the first machine granted a turn to Version.
+	Machine string `json:"machine"`
+	// Version is the release the canary tries for the rest of the fleet.
+	Version string `json:"version"`
+	// ReturnedAt is when the canary came back on Version; unset while its
+	// turn lasts.
+	// +optional
+	ReturnedAt *metav1.Time `json:"returnedAt,omitempty"`
+	// PassedAt is when the canary passed: it ran Version, settled and
+	// healthy, for the canary's duration. From then on the rollout goes
+	// on as usual.
+	// +optional
+	PassedAt *metav1.Time `json:"passedAt,omitempty"`
+}
+
 // SettlingMachine is a machine that came back from its turn and whose
 // workloads are not settled yet.
 type SettlingMachine struct {
@@ -463,7 +502,8 @@ type ReleasesStatus struct {
 
 // RolloutHalt records why granting stopped.
 type RolloutHalt struct {
-	// Reason is RolloutStalled, TrialFailed or K3sRestartFailed.
+	// Reason is RolloutStalled, TrialFailed, CanaryFailed or
+	// K3sRestartFailed.
 	Reason string `json:"reason"`
 	// Machine is the machine that stalled, failed its trial or failed
 	// its restart of k3s.

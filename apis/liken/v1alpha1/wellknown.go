@@ -136,6 +136,14 @@ const (
 	// ReasonInvalidGate: on a Cluster's Progressing, a gate of
 	// spec.disruption.gates cannot be read; nothing is granted.
 	ReasonInvalidGate = "InvalidGate"
+	// ReasonCanary: on a Cluster's Progressing, the canary of the rollout
+	// runs the new release; no other machine gets a turn to it before the
+	// message's time.
+	ReasonCanary = "Canary"
+	// ReasonCanaryFailed: on a Cluster's Progressing, the canary turned
+	// unhealthy on the new release; as for TrialFailed, no machine gets a
+	// turn to it until spec.version changes or a person resumes.
+	ReasonCanaryFailed = "CanaryFailed"
 )
 
 // Defaults of optional fields.
