@@ -30,6 +30,7 @@ import (
 	"liken.sh/liken/controllers/internal/fleet"
 	"liken.sh/liken/controllers/internal/leadership"
 	"liken.sh/liken/controllers/internal/metrics"
+	"liken.sh/liken/controllers/promgate"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
 	"liken.sh/liken/internal/lastwrite"
@@ -132,6 +133,15 @@ type Config struct {
 	// Liveness, when set, makes silent machines count as Lost before the
 	// verdict is written.
 	Liveness Liveness
+	// Prometheus, when set, says which prometheus gates are shut
+	// (controllers/promgate); unset, a Cluster with such a gate grants
+	// nothing.
+	Prometheus PrometheusGates
+}
+
+// PrometheusGates says which prometheus gates of a Cluster are shut now.
+type PrometheusGates interface {
+	Closed(*likenv1.Cluster) []promgate.Closed
 }
 
 // Controller is the turn controller.
@@ -430,6 +440,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
+	shut := c.shutGates(cluster)
 	gates, gateErr := blockingSelectors(cluster)
 	blocked, err := c.blocked(machines, gates)
 	if err != nil {
@@ -448,6 +459,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		Unsettled:          unsettled,
 		Blocked:            blocked,
 		GateErr:            gateErr,
+		Shut:               shut,
 	})
 	c.trackWaiting(cluster.Name, d.Waiting, now)
 	c.reportPassedOver(ctx, cluster, machines, d.Skipped, d.Gated)
@@ -569,6 +581,25 @@ func (c *Controller) unsettled(cluster *likenv1.Cluster, nodes map[string]Node) 
 	}
 	return out, nil
 }
+
+// shutGates are the prometheus gates of cluster that are shut now.
+func (c *Controller) shutGates(cluster *likenv1.Cluster) []promgate.Closed {
+	if c.cfg.Prometheus != nil {
+		return c.cfg.Prometheus.Closed(cluster)
+	}
+	var out []promgate.Closed
+	for i, g := range cluster.Spec.Disruption.Gates {
+		if g.Prometheus != nil {
+			out = append(out, promgate.Closed{Gate: i, Why: "this cluster-operator reads no Prometheus server"})
+		}
+	}
+	return out
+}
+
+// ClusterChanged asks for a decision on the named cluster, for a change
+// the turn controller's informers do not show (a prometheus gate opened or
+// shut).
+func (c *Controller) ClusterChanged(name string) { c.queue.Add(name) }
 
 // asks tells whether machine m may ask for a turn: it staged a change.
 func asks(m *likenv1.Machine) bool {
@@ -772,9 +803,16 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		logger.Info("Canary passed", "cluster", klog.KObj(cluster), "machine", cp.Machine, "version", cp.Version)
 		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventCanaryPassed, "Canary", "The canary %s passed on release %s: the other machines follow", cp.Machine, cp.Version)
 	}
+	was := meta.FindStatusCondition(cluster.Status.Conditions, likenv1.ConditionProgressing)
+	// A prometheus gate is rollout-level too: an event on the Cluster each
+	// time what shuts the gates changes.
+	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonGateClosed && len(d.Shut) > 0 &&
+		(was == nil || was.Reason != p.Reason || was.Message != p.Message) {
+		logger.Info("A gate holds the rollout", "cluster", klog.KObj(cluster), "message", p.Message)
+		rec.Eventf(cluster, nil, corev1.EventTypeWarning, EventGateClosed, "Grant", "%s", clip(p.Message, maxEventNote))
+	}
 	// A hold is a rollout-level event, on the Cluster: once when it stops
 	// the turns, once when it is lifted.
-	was := meta.FindStatusCondition(cluster.Status.Conditions, likenv1.ConditionProgressing)
 	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonHeld && (was == nil || was.Reason != likenv1.ReasonHeld) {
 		logger.Info("Rollout held", "cluster", klog.KObj(cluster), "reason", cluster.Annotations[likenv1.AnnotationHold])
 		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventRolloutHeld, "Hold", "%s", clip(p.Message, maxEventNote))

@@ -13,6 +13,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
+	"liken.sh/liken/controllers/promgate"
 	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/internal/window"
 )
@@ -74,6 +75,8 @@ type Input struct {
 	Blocked map[string]Blocked
 	// GateErr says why a gate cannot be read; nothing is granted then.
 	GateErr error
+	// Shut are the prometheus gates that hold every turn now.
+	Shut []promgate.Closed
 }
 
 // Blocked is what keeps a machine from a turn under a blockingPods gate.
@@ -177,6 +180,8 @@ type Decision struct {
 	// Gated are the machines that would have had a turn but that a gate
 	// passed over, in grant order.
 	Gated []Gated
+	// Shut are the prometheus gates that held every turn (the input's).
+	Shut []promgate.Closed
 	// CanaryPassed is the canary that passed in this decision.
 	CanaryPassed *likenv1.CanaryStatus
 	// RequeueAfter is when the decision must be taken again even if nothing
@@ -343,6 +348,9 @@ func Decide(in Input) Decision {
 			in.Identity, ceilSecond(in.GrantFrom).UTC().Format(time.RFC3339))}
 	case stalled != nil:
 		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stalled.message}
+	case len(in.Shut) > 0:
+		blocked = &metav1.Condition{Reason: likenv1.ReasonGateClosed, Message: shutMessage(in.Shut, st.RebootTurns)}
+		d.Shut = in.Shut
 	}
 	trialHalt := st.Halt != nil && (st.Halt.Reason == likenv1.ReasonTrialFailed || st.Halt.Reason == likenv1.ReasonCanaryFailed)
 	k3sHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonK3sRestartFailed

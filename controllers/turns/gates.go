@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/controllers/promgate"
 )
 
 // Gated is a machine that would have had a turn but that a gate passed
@@ -149,4 +150,26 @@ func (r *budgetsReader) blockedOn(node string, gates []gateSelector) (Blocked, b
 		}
 	}
 	return Blocked{}, false, nil
+}
+
+// shutMessage says which prometheus gates hold every turn, and why.
+func shutMessage(shut []promgate.Closed, turns []likenv1.RebootTurn) string {
+	var b strings.Builder
+	b.WriteString("No turn is granted:")
+	for i, g := range shut {
+		if i == maxListed {
+			fmt.Fprintf(&b, " and %d more gates.", len(shut)-maxListed)
+			break
+		}
+		fmt.Fprintf(&b, " spec.disruption.gates[%d] (prometheus) is shut: %s.", g.Gate, clip(g.Why, maxMachineMessage))
+	}
+	if len(turns) > 0 {
+		var names nameList
+		for _, t := range turns {
+			names.add(t.Machine)
+		}
+		fmt.Fprintf(&b, " Turns granted before go on to their end: %s.", names)
+	}
+	b.WriteString(" Granting resumes by itself once every gate opens (cluster-operator reads each server every 15 s); to go on anyway, remove the gate from spec.disruption.gates.")
+	return b.String()
 }

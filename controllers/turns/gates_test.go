@@ -14,6 +14,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	tu "liken.sh/liken/controllers/internal/testutil"
+	"liken.sh/liken/controllers/promgate"
 )
 
 // heldBy sets the annotation liken.sh/hold to reason, written by manager
@@ -176,4 +177,37 @@ func TestControllerReportsTheHold(t *testing.T) {
 	assert.Assert(t, is.Len(evs, 2))
 	assert.Check(t, is.Equal(evs[0], "Cluster/lab Normal HoldLifted The annotation liken.sh/hold was removed: turns are granted again"))
 	assert.Check(t, is.Contains(evs[1], "Machine/a Normal TurnGranted"))
+}
+
+func TestPrometheusGateShutsEveryTurn(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2))
+	c.Status.RebootTurns = []likenv1.RebootTurn{tu.Turn("a", likenv1.TurnRelease, false, after.Add(-time.Minute))}
+	in := input(c, []*likenv1.Machine{tu.Machine("a", tu.WantsRelease), tu.Machine("b", tu.WantsReboot)}, nil)
+	in.Shut = []promgate.Closed{{Gate: 2, Why: "alerts fire on http://prometheus.monitoring:9090: KubeNodeNotReady"}}
+	d := Decide(in)
+	assert.Check(t, is.Len(d.Granted, 0))
+	assert.Check(t, is.Equal(d.Status.Turns, "a"), "a turn granted before goes on")
+	p := progressing(t, d.Status)
+	assert.Check(t, is.Equal(p.Status, metav1.ConditionFalse))
+	assert.Check(t, is.Equal(p.Reason, likenv1.ReasonGateClosed))
+	assert.Check(t, is.Equal(p.Message, "No turn is granted: spec.disruption.gates[2] (prometheus) is shut: alerts fire on http://prometheus.monitoring:9090: KubeNodeNotReady. "+
+		"Turns granted before go on to their end: a. Granting resumes by itself once every gate opens (cluster-operator reads each server every 15 s); to go on anyway, remove the gate from spec.disruption.gates."))
+}
+
+// TestControllerWithoutAProberGrantsNothingBehindAPrometheusGate: a
+// cluster-operator that reads no Prometheus server does not pass a gate it
+// cannot read.
+func TestControllerWithoutAProberGrantsNothingBehindAPrometheusGate(t *testing.T) {
+	c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), func(c *likenv1.Cluster) {
+		c.Spec.Disruption.Gates = []likenv1.Gate{{Prometheus: &likenv1.PrometheusGate{URL: "http://prometheus.invalid"}}}
+	})
+	f := newFixture(t, c, tu.Machine("a", tu.WantsRelease))
+	_, err := f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	st := f.stored("lab").Status
+	assert.Check(t, is.Equal(st.Turns, ""))
+	assert.Check(t, is.Contains(progressing(t, st).Message, "this cluster-operator reads no Prometheus server"))
+	evs := f.events()
+	assert.Assert(t, is.Len(evs, 1))
+	assert.Check(t, is.Contains(evs[0], "Cluster/lab Warning GateClosed No turn is granted: spec.disruption.gates[0] (prometheus) is shut"))
 }

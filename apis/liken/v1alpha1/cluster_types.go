@@ -249,13 +249,36 @@ type CanarySpec struct {
 	Duration metav1.Duration `json:"duration"`
 }
 
-// Gate is a condition every turn waits for. It has exactly one kind.
+// Gate is a condition turns wait for. It has exactly one kind.
 type Gate struct {
 	// BlockingPods passes over every machine that runs a pod (not finished)
 	// its selector matches: such a machine gets no turn while the pod runs
 	// there, and the next machine in order takes the turn.
 	// +optional
 	BlockingPods *BlockingPodsGate `json:"blockingPods,omitempty"`
+	// Prometheus shuts every turn while an alert it names fires on a
+	// Prometheus server, or while the server does not answer.
+	// +optional
+	Prometheus *PrometheusGate `json:"prometheus,omitempty"`
+}
+
+// PrometheusGate names a Prometheus server and the alerts that hold the
+// rollout.
+type PrometheusGate struct {
+	// URL of the Prometheus server's HTTP API, http or https, such as
+	// http://prometheus.monitoring:9090. cluster-operator reads its firing
+	// alerts (/api/v1/alerts) every 30 s, and again before it grants.
+	URL string `json:"url"`
+	// Alerts is a regular expression (RE2) that the whole name of a firing
+	// alert must match to shut the gate, such as "Kube.*|Etcd.*". Unset:
+	// every firing alert shuts it.
+	// +optional
+	Alerts string `json:"alerts,omitempty"`
+	// Timeout is how long cluster-operator waits for the server's answer;
+	// no answer (or an error) keeps the gate shut. A duration from 1s to
+	// 1m; default 10s.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
 // BlockingPodsGate names the pods that keep their machine from a turn.

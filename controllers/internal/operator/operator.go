@@ -36,6 +36,7 @@ import (
 	"liken.sh/liken/controllers/internal/metrics"
 	"liken.sh/liken/controllers/liveness"
 	"liken.sh/liken/controllers/nodeclients"
+	"liken.sh/liken/controllers/promgate"
 	"liken.sh/liken/controllers/releases"
 	"liken.sh/liken/controllers/turns"
 	likenclient "liken.sh/liken/generated/clientset/versioned"
@@ -241,6 +242,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	if err != nil {
 		return err
 	}
+	prober := promgate.New(clusters.Lister(), &http.Client{}, clk, func(cluster string) { turnCtrl.ClusterChanged(cluster) })
 	turnCtrl, err = turns.New(turns.Config{
 		Clusters: clusters, Machines: machines, Nodes: kf.Core().V1().Nodes(),
 		Pods: kf.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, _ time.Duration) cache.SharedIndexInformer {
@@ -248,7 +250,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 		}),
 		Budgets: kf.Policy().V1().PodDisruptionBudgets(),
 		Writer:  liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
-		Term: term, StartupGrace: o.StartupGrace, Liveness: liveCtrl,
+		Term: term, StartupGrace: o.StartupGrace, Liveness: liveCtrl, Prometheus: prober,
 	})
 	if err != nil {
 		return err
@@ -289,6 +291,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 		{"liveness", liveCtrl.Run, 2},
 		{"releases", relCtrl.Run, 2},
 		{"nodeclients", approver.Run, 1},
+		{"promgate", func(ctx context.Context, _ int) error { prober.Run(ctx); return nil }, 1},
 	}
 	errs := make(chan error, len(runs))
 	for _, r := range runs {
