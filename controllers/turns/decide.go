@@ -1060,21 +1060,34 @@ func drainBlocks(drain Drain, allowed map[string]int32, taken map[string]int) []
 // skippedMessage says which machines were passed over because their drain
 // would be blocked, and what to do; empty when none was.
 func skippedMessage(skipped []Skip) string {
-	if len(skipped) == 0 {
+	return passedOverMessage(" Passed over, because PodDisruptionBudgets would block their drain now:", len(skipped),
+		func(i int) string {
+			return fmt.Sprintf(" %s waits: its drain would be blocked by %s.", skipped[i].Machine, clip(skipped[i].Budgets, maxMachineMessage))
+		},
+		" The next machine in order takes each such turn; a machine passed over gets its turn by itself once its budgets allow the evictions "+
+			"(let the workload run its pods elsewhere, or relax the budget).",
+		slices.ContainsFunc(skipped, func(s Skip) bool { return s.Leader }))
+}
+
+// passedOverMessage says which n machines were passed over: intro, a
+// sentence for each (at most maxListed), then tail, and when a leader was
+// passed over, that it holds the workers of an upgrade back. Empty when n
+// is 0.
+func passedOverMessage(intro string, n int, sentence func(i int) string, tail string, leader bool) string {
+	if n == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString(" Passed over, because PodDisruptionBudgets would block their drain now:")
-	for i, s := range skipped {
+	b.WriteString(intro)
+	for i := range n {
 		if i == maxListed {
-			fmt.Fprintf(&b, " and %d more machines.", len(skipped)-maxListed)
+			fmt.Fprintf(&b, " and %d more machines.", n-maxListed)
 			break
 		}
-		fmt.Fprintf(&b, " %s waits: its drain would be blocked by %s.", s.Machine, clip(s.Budgets, maxMachineMessage))
+		b.WriteString(sentence(i))
 	}
-	b.WriteString(" The next machine in order takes each such turn; a machine passed over gets its turn by itself once its budgets allow the evictions " +
-		"(let the workload run its pods elsewhere, or relax the budget).")
-	if slices.ContainsFunc(skipped, func(s Skip) bool { return s.Leader }) {
+	b.WriteString(tail)
+	if leader {
 		b.WriteString(" A leader passed over holds back the workers of an upgrade until it runs the new release.")
 	}
 	return b.String()

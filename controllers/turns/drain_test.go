@@ -54,20 +54,27 @@ func budget(name, app string, allowed int32) *policyv1.PodDisruptionBudget {
 	}
 }
 
-// withDrains reads the drains of machines as the controller does: pods
-// through the informer's transform, budgets from an indexer.
-func withDrains(t *testing.T, in Input, pods []*corev1.Pod, budgets []*policyv1.PodDisruptionBudget) Input {
+// indexers hold pods and budgets as the controller's informers do: pods
+// through the informer's transform and index, budgets by namespace.
+func indexers(t *testing.T, pods []*corev1.Pod, budgets []*policyv1.PodDisruptionBudget) (podIdx, budgetIdx cache.Indexer) {
 	t.Helper()
-	podIdx := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, PodIndexers)
+	podIdx = cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, PodIndexers)
 	for _, p := range pods {
 		trimmed, err := TrimPod(p)
 		assert.NilError(t, err)
 		assert.NilError(t, podIdx.Add(trimmed))
 	}
-	budgetIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	budgetIdx = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, b := range budgets {
 		assert.NilError(t, budgetIdx.Add(b))
 	}
+	return podIdx, budgetIdx
+}
+
+// withDrains reads the drains of machines as the controller does.
+func withDrains(t *testing.T, in Input, pods []*corev1.Pod, budgets []*policyv1.PodDisruptionBudget) Input {
+	t.Helper()
+	podIdx, budgetIdx := indexers(t, pods, budgets)
 	c := &Controller{pods: podIdx, budgets: budgetIdx}
 	var err error
 	in.Drains, in.DisruptionsAllowed, err = c.drains(in.Cluster, in.Machines)

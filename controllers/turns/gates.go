@@ -42,23 +42,13 @@ func podList(pods []string) string {
 
 // gatedMessage says which machines a gate passed over; empty when none.
 func gatedMessage(gated []Gated) string {
-	if len(gated) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString(" Passed over by a gate:")
-	for i, g := range gated {
-		if i == maxListed {
-			fmt.Fprintf(&b, " and %d more machines.", len(gated)-maxListed)
-			break
-		}
-		fmt.Fprintf(&b, " %s runs %s (spec.disruption.gates[%d], blockingPods).", g.Machine, clip(podList(g.Pods), maxMachineMessage), g.Gate)
-	}
-	b.WriteString(" Each gets its turn by itself once no such pod runs on it.")
-	if slices.ContainsFunc(gated, func(g Gated) bool { return g.Leader }) {
-		b.WriteString(" A leader passed over holds back the workers of an upgrade until it runs the new release.")
-	}
-	return b.String()
+	return passedOverMessage(" Passed over by a gate:", len(gated),
+		func(i int) string {
+			g := gated[i]
+			return fmt.Sprintf(" %s runs %s (spec.disruption.gates[%d], blockingPods).", g.Machine, clip(podList(g.Pods), maxMachineMessage), g.Gate)
+		},
+		" Each gets its turn by itself once no such pod runs on it.",
+		slices.ContainsFunc(gated, func(g Gated) bool { return g.Leader }))
 }
 
 // hold says who set the annotation liken.sh/hold on c and when, as its

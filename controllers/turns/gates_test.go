@@ -10,7 +10,6 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	tu "liken.sh/liken/controllers/internal/testutil"
@@ -120,12 +119,7 @@ func TestBlockedOn(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			podIdx := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, PodIndexers)
-			for _, p := range tc.pods {
-				trimmed, err := TrimPod(p)
-				assert.NilError(t, err)
-				assert.NilError(t, podIdx.Add(trimmed))
-			}
+			podIdx, _ := indexers(t, tc.pods, nil)
 			c := tu.Cluster("lab", func(c *likenv1.Cluster) { c.Spec.Disruption.Gates = tc.gates })
 			gates, err := blockingSelectors(c)
 			assert.NilError(t, err)

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	tu "liken.sh/liken/controllers/internal/testutil"
@@ -282,16 +281,7 @@ func TestUnsettled(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			podIdx := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, PodIndexers)
-			for _, p := range tc.pods {
-				trimmed, err := TrimPod(p)
-				assert.NilError(t, err)
-				assert.NilError(t, podIdx.Add(trimmed))
-			}
-			budgetIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-			for _, b := range tc.budgets {
-				assert.NilError(t, budgetIdx.Add(b))
-			}
+			podIdx, budgetIdx := indexers(t, tc.pods, tc.budgets)
 			r := budgetsReader{pods: podIdx, budgets: budgetIdx}
 			got, err := r.unsettled("node-1", []string{"shop/web"}, granted, tc.rebooted)
 			assert.NilError(t, err)
