@@ -33,21 +33,8 @@ func TestCanary(t *testing.T) {
 		}
 		return cs
 	}
-	type check func(t *testing.T, d Decision)
-	grants := func(names ...string) check {
-		return func(t *testing.T, d Decision) { assert.DeepEqual(t, granted(d), names) }
-	}
 	canaryIs := func(want *likenv1.CanaryStatus) check {
 		return func(t *testing.T, d Decision) { assert.DeepEqual(t, d.Status.Canary, want) }
-	}
-	says := func(reason string, parts ...string) check {
-		return func(t *testing.T, d Decision) {
-			p := progressing(t, d.Status)
-			assert.Check(t, is.Equal(p.Reason, reason), p.Message)
-			for _, part := range parts {
-				assert.Check(t, is.Contains(p.Message, part))
-			}
-		}
 	}
 	cases := []struct {
 		name     string

@@ -579,11 +579,7 @@ func outsideWindowMessage(win window.State, turns []likenv1.RebootTurn, waiting 
 	}
 	fmt.Fprintf(&b, " Waiting for a turn: %s.", names)
 	if len(turns) > 0 {
-		var held nameList
-		for _, t := range turns {
-			held.add(t.Machine)
-		}
-		fmt.Fprintf(&b, " Turns granted before the window closed go on to their end: %s.", held)
+		fmt.Fprintf(&b, " Turns granted before the window closed go on to their end: %s.", holders(turns))
 	}
 	b.WriteString(" Machines go on downloading and staging meanwhile. To let turns start now, add or widen a window in spec.disruption.windows.")
 	return b.String()
@@ -1003,11 +999,7 @@ func blocking(machines []*likenv1.Machine, leaders bool, pending func(*likenv1.M
 func grantingMessage(turns []likenv1.RebootTurn, down nameList, waiting []*likenv1.Machine, inLedger func(string) bool, maxUnavailable int) string {
 	var b strings.Builder
 	if len(turns) > 0 {
-		var held nameList
-		for _, t := range turns {
-			held.add(t.Machine)
-		}
-		fmt.Fprintf(&b, "Holding a turn: %s (maxUnavailable %d).", held, maxUnavailable)
+		fmt.Fprintf(&b, "Holding a turn: %s (maxUnavailable %d).", holders(turns), maxUnavailable)
 	}
 	if down.n > 0 {
 		if b.Len() > 0 {
@@ -1098,6 +1090,15 @@ func passedOverMessage(intro string, n int, sentence func(i int) string, tail st
 // fleet of thousands of machines waiting for turns would not fit (the API
 // server would refuse the ledger write, and nothing would be granted).
 const maxListed = 10
+
+// holders lists the machines that hold turns.
+func holders(turns []likenv1.RebootTurn) nameList {
+	var out nameList
+	for _, t := range turns {
+		out.add(t.Machine)
+	}
+	return out
+}
 
 // nameList keeps the first maxListed machine names it is given and counts
 // them all.

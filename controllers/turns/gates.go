@@ -82,11 +82,7 @@ func heldMessage(c *likenv1.Cluster, turns []likenv1.RebootTurn) string {
 	}
 	b.WriteString(".")
 	if len(turns) > 0 {
-		var names nameList
-		for _, t := range turns {
-			names.add(t.Machine)
-		}
-		fmt.Fprintf(&b, " Turns granted before go on to their end: %s.", names)
+		fmt.Fprintf(&b, " Turns granted before go on to their end: %s.", holders(turns))
 	}
 	fmt.Fprintf(&b, " Machines go on downloading and staging. To let turns start again, remove it: `liken rollout unhold %s` or `kubectl annotate cluster %s %s-`.",
 		c.Name, c.Name, likenv1.AnnotationHold)
@@ -154,11 +150,7 @@ func shutMessage(shut []promgate.Closed, turns []likenv1.RebootTurn) string {
 		fmt.Fprintf(&b, " spec.disruption.gates[%d] (prometheus) is shut: %s.", g.Gate, clip(g.Why, maxMachineMessage))
 	}
 	if len(turns) > 0 {
-		var names nameList
-		for _, t := range turns {
-			names.add(t.Machine)
-		}
-		fmt.Fprintf(&b, " Turns granted before go on to their end: %s.", names)
+		fmt.Fprintf(&b, " Turns granted before go on to their end: %s.", holders(turns))
 	}
 	b.WriteString(" Granting resumes by itself once every gate opens (cluster-operator reads each server every 15 s); to go on anyway, remove the gate from spec.disruption.gates.")
 	return b.String()

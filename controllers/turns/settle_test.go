@@ -26,13 +26,29 @@ func settling(machine string, leader bool, returned time.Time, budgets ...string
 
 func dur(d time.Duration) *time.Duration { return &d }
 
+// check is one assertion on a decision, for the tables of decisions.
+type check func(t *testing.T, d Decision)
+
+// grants checks which machines the decision granted turns to.
+func grants(names ...string) check {
+	return func(t *testing.T, d Decision) { assert.DeepEqual(t, granted(d), names) }
+}
+
+// says checks the reason of the decision's Progressing condition and
+// parts of its message.
+func says(reason string, parts ...string) check {
+	return func(t *testing.T, d Decision) {
+		p := progressing(t, d.Status)
+		assert.Check(t, is.Equal(p.Reason, reason), p.Message)
+		for _, part := range parts {
+			assert.Check(t, is.Contains(p.Message, part))
+		}
+	}
+}
+
 func TestSettle(t *testing.T) {
 	grantedAt := after.Add(-5 * time.Minute)
 	shortOfPods := []string{"PodDisruptionBudget shop/web to have all of its pods healthy (2 of 3)"}
-	type check func(t *testing.T, d Decision)
-	grants := func(names ...string) check {
-		return func(t *testing.T, d Decision) { assert.DeepEqual(t, granted(d), names) }
-	}
 	settlingNames := func(names ...string) check {
 		return func(t *testing.T, d Decision) {
 			var got []string
@@ -40,15 +56,6 @@ func TestSettle(t *testing.T) {
 				got = append(got, s.Machine)
 			}
 			assert.DeepEqual(t, got, names)
-		}
-	}
-	says := func(reason string, parts ...string) check {
-		return func(t *testing.T, d Decision) {
-			p := progressing(t, d.Status)
-			assert.Check(t, is.Equal(p.Reason, reason), p.Message)
-			for _, part := range parts {
-				assert.Check(t, is.Contains(p.Message, part))
-			}
 		}
 	}
 	requeues := func(after time.Duration) check {
