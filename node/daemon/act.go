@@ -37,11 +37,6 @@ type action interface {
 func (d *Daemon) retryLater(key string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.retryLaterLocked(key)
-}
-
-// retryLaterLocked is retryLater with d.mu held.
-func (d *Daemon) retryLaterLocked(key string) {
 	if d.retry == nil {
 		d.retry = map[string]time.Time{}
 	}

@@ -69,18 +69,24 @@ func (d *Daemon) actor(r *turnRun, work func(ctx context.Context)) {
 	})
 }
 
+// markRun marks the turn under way, under the lock, as an actor starts
+// for it, and returns it (nil when none is).
+func (d *Daemon) markRun(mark func(*turnRun)) *turnRun {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.run != nil {
+		mark(d.run)
+	}
+	return d.run
+}
+
 // startDrain drains the node in the background: a drain blocked past
 // timeout is reported (condition and event) and goes on; nothing is
 // forced.
 func (d *Daemon) startDrain(ctx context.Context, f *facts, timeout time.Duration) {
 	log := klog.FromContext(ctx)
 	m, c := f.M.DeepCopy(), f.C.DeepCopy()
-	d.mu.Lock()
-	r := d.run
-	if r != nil {
-		r.Draining = true
-	}
-	d.mu.Unlock()
+	r := d.markRun(func(r *turnRun) { r.Draining = true })
 	d.actor(r, func(ctx context.Context) {
 		err := drain.Run(ctx, drain.Options{
 			Client: d.o.Kube, Node: d.o.Machine, Clock: d.clock, Timeout: timeout,
@@ -115,12 +121,7 @@ func (d *Daemon) startDrain(ctx context.Context, f *facts, timeout time.Duration
 func (d *Daemon) startRecheck(ctx context.Context, f *facts, slot string, target release.Target) {
 	log := klog.FromContext(ctx)
 	m, c := f.M.DeepCopy(), f.C.DeepCopy()
-	d.mu.Lock()
-	r := d.run
-	if r != nil {
-		r.Rechecking = true
-	}
-	d.mu.Unlock()
+	r := d.markRun(func(r *turnRun) { r.Rechecking = true })
 	d.actor(r, func(ctx context.Context) {
 		_, err := d.slots.Recheck(ctx, slot)
 		if ctx.Err() != nil {

@@ -253,13 +253,14 @@ func (m *Machine) step() {
 	case request != "":
 		m.request = request
 	}
-	m.change = m.status().Change
+	m.inTurn = false // a lone machine's turns run inside its step
+	want := m.status()
+	m.change = want.Change
 	change, stayDown := m.change, m.stayDown
 	if stayDown && (cur.Status.Phase == likenv1.MachineUpdating || cur.Status.Phase == likenv1.MachineRebooting) {
 		m.mu.Unlock()
 		return // down for good
 	}
-	m.inTurn = false // a lone machine's turns run inside its step
 	for _, turn := range cl.Status.RebootTurns {
 		if turn.Machine == m.name && change != "" && turn.Change == change {
 			m.mu.Unlock()
@@ -268,7 +269,7 @@ func (m *Machine) step() {
 		}
 	}
 	defer m.mu.Unlock()
-	if want := m.status(); differs(cur.Status, want) {
+	if differs(cur.Status, want) {
 		_ = m.writeStatus(want)
 	}
 }
