@@ -373,3 +373,22 @@ func must(obj any, err error) any {
 	}
 	return obj
 }
+
+// TestSettleDefault: unset, settle is 30 s, or half of a stall timeout
+// shorter than a minute, so that the settle time alone never stalls a
+// machine.
+func TestSettleDefault(t *testing.T) {
+	for _, tc := range []struct {
+		stall, want time.Duration
+	}{
+		{0, 30 * time.Second}, // the default stall timeout, 30m
+		{time.Minute, 30 * time.Second},
+		{20 * time.Second, 10 * time.Second},
+	} {
+		d := likenv1.DisruptionSpec{}
+		if tc.stall > 0 {
+			d.StallTimeout = &metav1.Duration{Duration: tc.stall}
+		}
+		assert.Check(t, is.Equal(d.SettleOrDefault(), tc.want), "stallTimeout %s", tc.stall)
+	}
+}

@@ -210,8 +210,9 @@ type DisruptionSpec struct {
 	// started since the turn was granted). Until then it counts against maxUnavailable, and
 	// a leader as a leader that is down. A machine not settled within the
 	// stall timeout of its return halts the rollout with RolloutStalled. A
-	// duration such as 30s or 5m; 0s waits for the workloads alone.
-	// Default 30s. Disruption class: Live.
+	// duration such as 30s or 5m, shorter than stallTimeout; 0s waits for
+	// the workloads alone. Default 30s, or half of stallTimeout when that
+	// is shorter. Disruption class: Live.
 	// +optional
 	Settle *metav1.Duration `json:"settle,omitempty"`
 	// Canary, when set, makes the first machine of each rollout a canary:

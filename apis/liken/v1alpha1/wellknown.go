@@ -311,10 +311,12 @@ func (d *DisruptionSpec) StallTimeoutOrDefault() time.Duration {
 	return d.StallTimeout.Duration
 }
 
-// SettleOrDefault is spec.disruption.settle, or its default.
+// SettleOrDefault is spec.disruption.settle, or its default: 30 s, or half
+// of the stall timeout when that is shorter, so that a machine is not
+// stalled by its settle time alone.
 func (d *DisruptionSpec) SettleOrDefault() time.Duration {
 	if d.Settle == nil || d.Settle.Duration < 0 {
-		return DefaultSettle
+		return min(DefaultSettle, d.StallTimeoutOrDefault()/2)
 	}
 	return d.Settle.Duration
 }
