@@ -78,6 +78,9 @@ type labResult struct {
 	// statusChanges counts the measured machine's status versions in the
 	// rollout by what changed.
 	statusChanges map[string]int
+	// settle is the Cluster's settle time: a wave's places go to the next
+	// one only after it (the lab's machines run no workloads to wait for).
+	settle time.Duration
 }
 
 // rolloutWatch follows the lab's Cluster and Machines from an edit of
@@ -310,6 +313,7 @@ func runLab(t testing.TB, o labOptions) labResult {
 		if p := meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionProgressing); p == nil || p.Reason == likenv1.ReasonStartupGrace {
 			return poll.Continue("cluster-operator is in its startup grace")
 		}
+		r.settle = c.Spec.Disruption.SettleOrDefault()
 		return poll.Success()
 	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(time.Second))
 	l.Patch(fmt.Sprintf(`[{"op":"add","path":"/spec/disruption/maxUnavailable","value":%d}]`, o.maxUnavailable))
@@ -402,13 +406,14 @@ func (r labResult) turnDurations() (all, leaders, workers []time.Duration) {
 
 // ideal is the rollout of the model: the first leader staged, then the
 // leaders one at a time, then the workers in waves of maxUnavailable,
-// each turn as long as the median measured turn.
+// each turn as long as the median measured turn, and each wave but the
+// last followed by the Cluster's settle time.
 func (r labResult) ideal() (ideal, turnPhase time.Duration, waves int) {
 	all, _, _ := r.turnDurations()
 	t := Median(all)
 	workers := r.o.machines - r.o.leaders
 	waves = r.o.leaders + int(math.Ceil(float64(workers)/float64(r.o.maxUnavailable)))
-	turnPhase = time.Duration(waves) * t
+	turnPhase = time.Duration(waves)*t + time.Duration(max(waves-1, 0))*r.settle
 	return r.firstStaged + turnPhase, turnPhase, waves
 }
 
@@ -429,13 +434,14 @@ func (r labResult) boots() (boots, overheads []time.Duration) {
 
 // bootIdeal is the rollout built only from what liken does not control:
 // the first leader staged, then as many waves as the budget allows, each
-// as long as a machine's own reboot measured alone. The lab's pods drain
-// in milliseconds (kwok deletes an evicted pod at once), so the drain
-// adds nothing to it.
+// as long as a machine's own reboot measured alone, and the settle time
+// the Cluster asks for between waves. The lab's pods drain in
+// milliseconds (kwok deletes an evicted pod at once), so the drain adds
+// nothing to it.
 func (r labResult) bootIdeal() time.Duration {
 	boots, _ := r.boots()
 	_, _, waves := r.ideal()
-	return r.firstStaged + time.Duration(waves)*Median(boots)
+	return r.firstStaged + time.Duration(waves)*Median(boots) + time.Duration(max(waves-1, 0))*r.settle
 }
 
 // Targets of the lab rollout, edit to Cluster Ready over the ideal: the
@@ -478,10 +484,10 @@ func (r labResult) report(t testing.TB) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n#### Rollout of %d machines (%d leaders), maxUnavailable %d, release %s\n\n", r.o.machines, r.o.leaders, r.o.maxUnavailable, r.version)
 	fmt.Fprintf(&b, "| figure | liken | ideal in the same run | ratio |\n|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| edit of spec.version to Cluster Ready | %.1f s | %.1f s: first leader staged after %.1f s + %d turns of %.1f s | %.2f x |\n",
-		r.total.Seconds(), ideal.Seconds(), r.firstStaged.Seconds(), waves, Median(all).Seconds(), r.total.Seconds()/ideal.Seconds())
-	fmt.Fprintf(&b, "| first grant to last turn's end | %.1f s | %.1f s (%d turns of %.1f s) | %.2f x |\n",
-		r.lastEnd.Sub(r.firstGrant).Seconds(), turnPhase.Seconds(), waves, Median(all).Seconds(), r.lastEnd.Sub(r.firstGrant).Seconds()/turnPhase.Seconds())
+	fmt.Fprintf(&b, "| edit of spec.version to Cluster Ready | %.1f s | %.1f s: first leader staged after %.1f s + %d turns of %.1f s, settling %s between them | %.2f x |\n",
+		r.total.Seconds(), ideal.Seconds(), r.firstStaged.Seconds(), waves, Median(all).Seconds(), r.settle, r.total.Seconds()/ideal.Seconds())
+	fmt.Fprintf(&b, "| first grant to last turn's end | %.1f s | %.1f s (%d turns of %.1f s, settling %s between them) | %.2f x |\n",
+		r.lastEnd.Sub(r.firstGrant).Seconds(), turnPhase.Seconds(), waves, Median(all).Seconds(), r.settle, r.lastEnd.Sub(r.firstGrant).Seconds()/turnPhase.Seconds())
 	fmt.Fprintf(&b, "| where the time went | edit to first grant %.1f s, first grant to last turn's end %.1f s, last end to Cluster Ready %.1f s | - | - |\n",
 		r.firstGrant.Sub(r.edit).Seconds(), r.lastEnd.Sub(r.firstGrant).Seconds(), r.edit.Add(r.total).Sub(r.lastEnd).Seconds())
 	fmt.Fprintf(&b, "| machine turn, grant to end: median (min-max) | leaders %.1f s (%.1f-%.1f), workers %.1f s (%.1f-%.1f) | - | - |\n",
