@@ -39,6 +39,8 @@ func TestWithClusterOperator(t *testing.T) {
 	omega := clitest.Cluster("omega", "1")
 	tau := clitest.Cluster("tau", "1")
 	tau.Spec.Disruption.StallTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	// The simulated machines run no workloads: no settle time between turns.
+	omega.Spec.Disruption.Settle = &metav1.Duration{}
 	for _, cl := range []*v1alpha1.Cluster{omega, tau} {
 		_, err := admin.LikenV1alpha1().Clusters().Create(ctx, cl, metav1.CreateOptions{})
 		assert.NilError(t, err)
