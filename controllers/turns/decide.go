@@ -348,20 +348,18 @@ func Decide(in Input) Decision {
 			in.Identity, ceilSecond(in.GrantFrom).UTC().Format(time.RFC3339))}
 	case stalled != nil:
 		blocked = &metav1.Condition{Reason: likenv1.ReasonRolloutStalled, Message: stalled.message}
-	case len(in.Shut) > 0:
-		blocked = &metav1.Condition{Reason: likenv1.ReasonGateClosed, Message: shutMessage(in.Shut, st.RebootTurns)}
-		d.Shut = in.Shut
 	}
 	trialHalt := st.Halt != nil && (st.Halt.Reason == likenv1.ReasonTrialFailed || st.Halt.Reason == likenv1.ReasonCanaryFailed)
 	k3sHalt := st.Halt != nil && st.Halt.Reason == likenv1.ReasonK3sRestartFailed
 	held := c.Annotations[likenv1.AnnotationHold] != ""
+	shut := len(in.Shut) > 0
 	// Outside every maintenance window nothing is granted; the turns held
 	// go on to their end.
 	var win window.State
 	if blocked == nil {
 		win = schedule.At(in.Now)
 	}
-	if blocked == nil && !held && win.Open {
+	if blocked == nil && !held && !shut && win.Open {
 		free := maxUnavailable - len(st.RebootTurns)
 		for _, m := range in.Machines {
 			if !inLedger(m.Name) && (unavailable(m) || settling(m.Name)) {
@@ -485,6 +483,9 @@ func Decide(in Input) Decision {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, st.Halt.Message
 	case held:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonHeld, heldMessage(c, st.RebootTurns)
+	case shut:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, likenv1.ReasonGateClosed, shutMessage(in.Shut, st.RebootTurns)
+		d.Shut = in.Shut
 	case !win.Open && len(d.Waiting) > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, likenv1.ReasonOutsideWindow
 		cond.Message = outsideWindowMessage(win, st.RebootTurns, d.Waiting)

@@ -95,6 +95,7 @@ func TestGatesAndCanaryHoldTheRollout(t *testing.T) {
 
 	t.Logf("liken rollout unhold: %s", strings.TrimSpace(l.mustLiken("rollout", "unhold", l.name)))
 	l.waitFor("the firing alert to hold them", time.Minute, progressingIs(likenv1.ReasonGateClosed, "spec.disruption.gates[0] (prometheus) is shut: alerts fire on "+prom.URL+": KubeNodeNotReady"))
+	l.w.settle(t)
 	assert.Check(t, is.Len(l.w.grants(from), 0), "turns granted while a gate was shut")
 
 	firing.Store(false)
@@ -115,6 +116,7 @@ func TestGatesAndCanaryHoldTheRollout(t *testing.T) {
 		m := l.machine("node-4")
 		return m.Status.Phase == likenv1.MachineReady && m.Status.Change == "" && l.cluster().Status.Turns == "", string(m.Status.Phase)
 	})
+	l.w.settle(t)
 	grants := l.w.grants(from)
 	assert.DeepEqual(t, grantNames(grants), []string{"node-5", "node-4"})
 	assert.Check(t, !grants[0].at.Before(opened), "node-5 got its turn before the alert stopped")
@@ -150,6 +152,7 @@ func TestGatesAndCanaryHoldTheRollout(t *testing.T) {
 		h := c.Status.Halt
 		return h != nil && h.Reason == likenv1.ReasonCanaryFailed && h.Machine == canary && h.Version == next.Version, fmt.Sprintf("halt %+v", h)
 	})
+	l.w.settle(t)
 	assert.DeepEqual(t, grantNames(l.w.grants(from)), []string{canary})
 	l.mustLiken("lab", "power", "on", canary, "--name", l.name)
 }
