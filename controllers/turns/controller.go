@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -19,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -33,6 +36,7 @@ import (
 	"liken.sh/liken/controllers/promgate"
 	likeninformers "liken.sh/liken/generated/informers/externalversions/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/clip"
 	"liken.sh/liken/internal/lastwrite"
 	"liken.sh/liken/internal/worker"
 )
@@ -63,7 +67,8 @@ const (
 	// no other machine restarts k3s until the value changes.
 	EventK3sRestartFailed = likenv1.ReasonK3sRestartFailed
 	// EventRolloutStalled: a turn, or a machine's settling after its
-	// turn, outlived the stall timeout; the rollout halts. On the Cluster, as every halt (whose reason is the event's).
+	// turn, outlived the stall timeout; the rollout halts. On the
+	// Cluster, as every halt (whose reason is the event's).
 	EventRolloutStalled = likenv1.ReasonRolloutStalled
 	// EventRolloutResumed: a halt was lifted.
 	EventRolloutResumed = "RolloutResumed"
@@ -120,8 +125,14 @@ type Config struct {
 	// NewPodInformer (New sets its transform, TrimPod, and its index all
 	// the same): its cache holds turns.Pod, not *corev1.Pod, so nothing
 	// else may read pods from it.
-	Pods     cache.SharedIndexInformer
-	Budgets  policyinformers.PodDisruptionBudgetInformer
+	Pods    cache.SharedIndexInformer
+	Budgets policyinformers.PodDisruptionBudgetInformer
+	// Copies, when set, watches cluster-operator's own Deployment
+	// (namespace liken-system): a leader back from its turn is settled
+	// only once as many copies are ready as it asks for. Unset (an
+	// operator that does not run in the cluster), leaders wait for no
+	// copies.
+	Copies   appsinformers.DeploymentInformer
 	Writer   StatusWriter
 	Recorder events.EventRecorder
 	Metrics  *metrics.Metrics
@@ -152,6 +163,7 @@ type Controller struct {
 	nodes    cache.Indexer
 	pods     cache.Indexer
 	budgets  cache.Indexer
+	copies   appslisters.DeploymentLister
 	roster   fleet.Roster
 	queue    *worker.Queue
 	synced   []cache.DoneChecker
@@ -210,6 +222,10 @@ func New(cfg Config) (*Controller, error) {
 	c.queue = worker.New("turns", cfg.Clock, c.sync)
 	c.synced = []cache.DoneChecker{cfg.Clusters.Informer().HasSyncedChecker(), cfg.Machines.Informer().HasSyncedChecker(), cfg.Nodes.Informer().HasSyncedChecker(),
 		pods.HasSyncedChecker(), budgets.HasSyncedChecker()}
+	if cfg.Copies != nil {
+		c.copies = cfg.Copies.Lister()
+		c.synced = append(c.synced, cfg.Copies.Informer().HasSyncedChecker())
+	}
 
 	enqueueCluster := func(obj any) {
 		if k, ok := worker.KeyOf(obj); ok {
@@ -297,6 +313,24 @@ func New(cfg Config) (*Controller, error) {
 		DeleteFunc: enqueueAll,
 	}); err != nil {
 		return nil, err
+	}
+	if cfg.Copies != nil {
+		// How many copies the Deployment asks for is what a settling leader
+		// waits for.
+		if _, err := cfg.Copies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueueAll,
+			UpdateFunc: func(o, n any) {
+				od, ok1 := o.(*appsv1.Deployment)
+				nd, ok2 := n.(*appsv1.Deployment)
+				if ok1 && ok2 && wantedCopies(od) == wantedCopies(nd) {
+					return
+				}
+				enqueueAll(n)
+			},
+			DeleteFunc: enqueueAll,
+		}); err != nil {
+			return nil, err
+		}
 	}
 	for _, h := range handlers {
 		fn := h.fn
@@ -556,12 +590,26 @@ func (c *Controller) drains(cluster *likenv1.Cluster, machines []*likenv1.Machin
 // restart.
 func (c *Controller) unsettled(cluster *likenv1.Cluster, nodes map[string]Node) (map[string][]string, error) {
 	r := budgetsReader{pods: c.pods, budgets: c.budgets}
+	copies := ""
+	if slices.ContainsFunc(cluster.Status.RebootTurns, func(t likenv1.RebootTurn) bool { return t.Leader }) ||
+		slices.ContainsFunc(cluster.Status.Settling, func(s likenv1.SettlingMachine) bool { return s.Leader }) {
+		var err error
+		if copies, err = c.copiesWait(&r); err != nil {
+			return nil, err
+		}
+	}
 	var out map[string][]string
-	add := func(machine string, reason likenv1.TurnReason, budgets []string, grantedAt metav1.Time) error {
+	add := func(machine string, reason likenv1.TurnReason, leader bool, budgets []string, grantedAt metav1.Time) error {
 		rebooted := reason != likenv1.TurnRestartK3s && nodes[machine].BootID != ""
 		waits, err := r.unsettled(machine, budgets, grantedAt.Time, rebooted)
-		if err != nil || len(waits) == 0 {
+		if err != nil {
 			return err
+		}
+		if leader && copies != "" {
+			waits = append(waits, copies)
+		}
+		if len(waits) == 0 {
+			return nil
 		}
 		if out == nil {
 			out = map[string][]string{}
@@ -570,16 +618,41 @@ func (c *Controller) unsettled(cluster *likenv1.Cluster, nodes map[string]Node) 
 		return nil
 	}
 	for _, t := range cluster.Status.RebootTurns {
-		if err := add(t.Machine, t.Reason, t.Budgets, t.GrantedAt); err != nil {
+		if err := add(t.Machine, t.Reason, t.Leader, t.Budgets, t.GrantedAt); err != nil {
 			return nil, err
 		}
 	}
 	for _, s := range cluster.Status.Settling {
-		if err := add(s.Machine, s.Reason, s.Budgets, s.GrantedAt); err != nil {
+		if err := add(s.Machine, s.Reason, s.Leader, s.Budgets, s.GrantedAt); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// copiesWait is what a leader back from its turn waits for while
+// cluster-operator lacks ready copies: "" when it lacks none, or when no
+// Deployment of it is watched or exists.
+func (c *Controller) copiesWait(r *budgetsReader) (string, error) {
+	if c.copies == nil {
+		return "", nil
+	}
+	d, err := c.copies.Deployments(likenv1.SystemNamespace).Get(likenv1.OperatorDeploymentName)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("reading cluster-operator's Deployment: %w", err)
+	}
+	return r.copiesWait(wantedCopies(d))
+}
+
+// wantedCopies is how many pods Deployment d asks for.
+func wantedCopies(d *appsv1.Deployment) int32 {
+	if d.Spec.Replicas == nil {
+		return 1
+	}
+	return *d.Spec.Replicas
 }
 
 // shutGates are the prometheus gates of cluster that are shut now.
@@ -674,7 +747,7 @@ func (c *Controller) reportPassedOver(ctx context.Context, cluster *likenv1.Clus
 // per occurrence (rollout-level events go on the Cluster only). The note
 // is clipped to what the API server keeps.
 func machineEvent(rec events.EventRecorder, cluster *likenv1.Cluster, machines []*likenv1.Machine, machine, eventType, reason, action, note string) {
-	note = clip(note, maxEventNote)
+	note = clip.To(note, maxEventNote)
 	if m := findMachine(machines, machine); m != nil {
 		rec.Eventf(m, cluster, eventType, reason, action, "%s", note)
 		return
@@ -797,7 +870,7 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 		// turn event (a failed trial or restart) is on its Machine.
 		logger.Info("Rollout halted", "cluster", klog.KObj(cluster), "reason", d.Halted.Reason, "machine", d.Halted.Machine)
 		rec.Eventf(cluster, nil, corev1.EventTypeWarning, d.Halted.Reason, "Halt", "%s",
-			clip(fmt.Sprintf("Halted the rollout (%s, machine %s): %s", d.Halted.Reason, d.Halted.Machine, d.Halted.Message), maxEventNote))
+			clip.To(fmt.Sprintf("Halted the rollout (%s, machine %s): %s", d.Halted.Reason, d.Halted.Machine, d.Halted.Message), maxEventNote))
 	}
 	if cp := d.CanaryPassed; cp != nil {
 		logger.Info("Canary passed", "cluster", klog.KObj(cluster), "machine", cp.Machine, "version", cp.Version)
@@ -809,13 +882,13 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonGateClosed && len(d.Shut) > 0 &&
 		(was == nil || was.Reason != p.Reason || was.Message != p.Message) {
 		logger.Info("A gate holds the rollout", "cluster", klog.KObj(cluster), "message", p.Message)
-		rec.Eventf(cluster, nil, corev1.EventTypeWarning, EventGateClosed, "Grant", "%s", clip(p.Message, maxEventNote))
+		rec.Eventf(cluster, nil, corev1.EventTypeWarning, EventGateClosed, "Grant", "%s", clip.To(p.Message, maxEventNote))
 	}
 	// A hold is a rollout-level event, on the Cluster: once when it stops
 	// the turns, once when it is lifted.
 	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonHeld && (was == nil || was.Reason != likenv1.ReasonHeld) {
 		logger.Info("Rollout held", "cluster", klog.KObj(cluster), "reason", cluster.Annotations[likenv1.AnnotationHold])
-		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventRolloutHeld, "Hold", "%s", clip(p.Message, maxEventNote))
+		rec.Eventf(cluster, nil, corev1.EventTypeNormal, EventRolloutHeld, "Hold", "%s", clip.To(p.Message, maxEventNote))
 	}
 	if was != nil && was.Reason == likenv1.ReasonHeld && cluster.Annotations[likenv1.AnnotationHold] == "" {
 		logger.Info("Rollout hold lifted", "cluster", klog.KObj(cluster))
@@ -824,7 +897,7 @@ func (c *Controller) report(ctx context.Context, cluster *likenv1.Cluster, machi
 	if p := meta.FindStatusCondition(d.Status.Conditions, likenv1.ConditionProgressing); p != nil && p.Reason == likenv1.ReasonInvalidWindow {
 		if was := meta.FindStatusCondition(cluster.Status.Conditions, likenv1.ConditionProgressing); was == nil || was.Reason != p.Reason || was.Message != p.Message {
 			logger.Info("Maintenance windows cannot be read; granting nothing", "cluster", klog.KObj(cluster), "message", p.Message)
-			rec.Eventf(cluster, nil, corev1.EventTypeWarning, EventInvalidWindow, "Grant", "%s", clip(p.Message, maxEventNote))
+			rec.Eventf(cluster, nil, corev1.EventTypeWarning, EventInvalidWindow, "Grant", "%s", clip.To(p.Message, maxEventNote))
 		}
 	}
 	for _, t := range d.Granted {

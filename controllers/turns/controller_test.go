@@ -10,6 +10,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,6 +77,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 			Nodes:        kf.Core().V1().Nodes(),
 			Pods:         pods,
 			Budgets:      kf.Policy().V1().PodDisruptionBudgets(),
+			Copies:       kf.Apps().V1().Deployments(),
 			Writer:       w,
 			Recorder:     f.recorder,
 			Metrics:      f.metrics,
@@ -104,6 +106,8 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 			assert.NilError(t, pods.GetIndexer().Add(trimmed))
 		case *policyv1.PodDisruptionBudget:
 			assert.NilError(t, kf.Policy().V1().PodDisruptionBudgets().Informer().GetIndexer().Add(o))
+		case *appsv1.Deployment:
+			assert.NilError(t, kf.Apps().V1().Deployments().Informer().GetIndexer().Add(o))
 		default:
 			assert.NilError(t, kf.Core().V1().Nodes().Informer().GetIndexer().Add(o))
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/eviction"
 )
 
@@ -40,9 +41,12 @@ type Pod struct {
 	TakesDisruption bool
 	// Finished: it succeeded or failed, and runs no more.
 	Finished bool
-	// DaemonSet: a DaemonSet controls it. Only such a pod keeps Ready and
-	// Started, which the settle check reads.
+	// DaemonSet: a DaemonSet controls it. Only such a pod and a Copy keep
+	// Ready (and a DaemonSet pod Started), which the settle check reads.
 	DaemonSet bool
+	// Copy: it is a copy of cluster-operator (its Deployment's pod in
+	// liken-system), which a leader's settle check counts.
+	Copy bool
 	// Ready: its Ready condition is True.
 	Ready bool
 	// Started is when the last of its containers started running; zero
@@ -141,10 +145,13 @@ func TrimPod(obj any) (any, error) {
 	}
 	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
 		out.DaemonSet = true
+		out.Started = lastStarted(p)
+	}
+	out.Copy = p.Namespace == likenv1.SystemNamespace && p.Labels["app.kubernetes.io/name"] == likenv1.OperatorAppLabel
+	if out.DaemonSet || out.Copy {
 		out.Ready = slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 		})
-		out.Started = lastStarted(p)
 	}
 	return out, nil
 }
@@ -178,9 +185,21 @@ func TrimBudget(obj any) (any, error) {
 // ByNode is the name of the pod informer index keyed by spec.nodeName.
 const ByNode = "byNode"
 
-// PodIndexers is the pod informer's index set: pods by node name, its only
-// index (an index by namespace would cost as much again).
-var PodIndexers = cache.Indexers{ByNode: indexByNode}
+// ByCopy is the name of the pod informer index that holds cluster-operator's
+// copies, under the key ByCopy.
+const ByCopy = "byCopy"
+
+// PodIndexers is the pod informer's index set: pods by node name, and
+// cluster-operator's copies (an index by namespace would cost as much
+// again as the one by node).
+var PodIndexers = cache.Indexers{ByNode: indexByNode, ByCopy: indexCopies}
+
+func indexCopies(obj any) ([]string, error) {
+	if p, ok := obj.(*Pod); ok && p.Copy {
+		return []string{ByCopy}, nil
+	}
+	return nil, nil
+}
 
 func indexByNode(obj any) ([]string, error) {
 	if p, ok := obj.(*Pod); ok && p.NodeName() != "" {
@@ -203,7 +222,7 @@ func NewPodInformer(client kubernetes.Interface) cache.SharedIndexInformer {
 // check: the pod's status changes often and means nothing to it.
 func samePod(a, b *Pod) bool {
 	return a.nodeName == b.nodeName && a.Evicted == b.Evicted && a.TakesDisruption == b.TakesDisruption && a.Labels == b.Labels &&
-		a.Finished == b.Finished && a.Ready == b.Ready && a.Started.Equal(b.Started)
+		a.Finished == b.Finished && a.Ready == b.Ready && a.Started.Equal(b.Started) && a.Copy == b.Copy
 }
 
 // budgetsReader reads the PodDisruptionBudgets and the pods of nodes from
@@ -333,12 +352,35 @@ func (r *budgetsReader) unsettled(node string, budgets []string, grantedAt time.
 	return out, nil
 }
 
+// copiesWait says what a leader back from its turn waits for while fewer
+// copies of cluster-operator are ready than its Deployment asks for
+// (want): a drain took one away, and the next leader's drain would take
+// another. Ready copies being deleted do not count. "" when none is
+// missing.
+func (r *budgetsReader) copiesWait(want int32) (string, error) {
+	objs, err := r.pods.ByIndex(ByCopy, ByCopy)
+	if err != nil {
+		return "", fmt.Errorf("listing cluster-operator's copies: %w", err)
+	}
+	var ready int32
+	for _, o := range objs {
+		if p, ok := o.(*Pod); ok && p.Ready && p.TakesDisruption && !p.Finished {
+			ready++
+		}
+	}
+	if ready >= want {
+		return "", nil
+	}
+	return fmt.Sprintf("cluster-operator to have all of its copies ready (%d of %d)", ready, want), nil
+}
+
 // listed joins the first maxListed names with commas, and counts the rest.
 func listed(names []string) string {
-	if len(names) > maxListed {
-		return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ","), len(names)-maxListed)
+	var l nameList
+	for _, n := range names {
+		l.add(n)
 	}
-	return strings.Join(names, ",")
+	return l.String()
 }
 
 // drainNote describes the budgets that block a drain, for messages:

@@ -7,9 +7,11 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	tu "liken.sh/liken/controllers/internal/testutil"
@@ -365,6 +367,113 @@ func TestControllerWaitsForTheWorkloadsItWatches(t *testing.T) {
 	evs := f.events()
 	assert.Assert(t, len(evs) == 2, "%v", evs)
 	assert.Check(t, is.Contains(evs[0], "Machine/a Normal Settled Machine a settled 1m0s after it came back from its turn"))
+}
+
+// operatorCopy is a pod of cluster-operator's Deployment on node ("" while
+// it is Pending), ready or not.
+func operatorCopy(name, node string, ready bool, opts ...func(*corev1.Pod)) *corev1.Pod {
+	p := podOn(node, name, "", func(p *corev1.Pod) {
+		p.Namespace = likenv1.SystemNamespace
+		p.Labels = map[string]string{"app.kubernetes.io/name": likenv1.OperatorAppLabel}
+		if node == "" {
+			p.Status.Phase = corev1.PodPending
+		}
+		if ready {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}
+	})
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// operatorDeployment is cluster-operator's Deployment asking for replicas.
+func operatorDeployment(replicas int32) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: likenv1.SystemNamespace, Name: likenv1.OperatorDeploymentName},
+		Spec:       appsv1.DeploymentSpec{Replicas: &replicas},
+	}
+}
+
+// TestCopiesWait counts the ready copies of cluster-operator a leader back
+// from its turn waits for: a copy being deleted, one that ended, one not
+// ready and a look-alike in another namespace are not ready copies.
+func TestCopiesWait(t *testing.T) {
+	deleting := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: after} }
+	finished := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+	elsewhere := func(p *corev1.Pod) { p.Namespace = "shop" }
+	cases := []struct {
+		name string
+		pods []*corev1.Pod
+		want string
+	}{
+		{name: "both copies ready", pods: []*corev1.Pod{operatorCopy("op-1", "b", true), operatorCopy("op-2", "c", true)}},
+		{name: "the replacement of the drained copy not scheduled yet",
+			pods: []*corev1.Pod{operatorCopy("op-1", "b", true), operatorCopy("op-3", "", false)},
+			want: "cluster-operator to have all of its copies ready (1 of 2)"},
+		{name: "the replacement not created yet",
+			pods: []*corev1.Pod{operatorCopy("op-1", "b", true)},
+			want: "cluster-operator to have all of its copies ready (1 of 2)"},
+		{name: "a copy being deleted, one that ended, one not ready, one elsewhere",
+			pods: []*corev1.Pod{operatorCopy("op-1", "b", true, deleting), operatorCopy("op-2", "c", true, finished),
+				operatorCopy("op-3", "a", false), operatorCopy("op-4", "a", true, elsewhere)},
+			want: "cluster-operator to have all of its copies ready (0 of 2)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			podIdx, budgetIdx := indexers(t, tc.pods, nil)
+			r := budgetsReader{pods: podIdx, budgets: budgetIdx}
+			got, err := r.copiesWait(2)
+			assert.NilError(t, err)
+			assert.Equal(t, got, tc.want)
+		})
+	}
+}
+
+// TestLeaderSettlesOnceTheCopiesAreBack: consecutive leaders' drains would
+// take both copies of cluster-operator away, so a leader back from its
+// turn settles only once the Deployment's copies are all ready again; a
+// worker does not wait for them, and neither does a leader when no
+// Deployment of cluster-operator exists (an operator run outside the
+// cluster).
+func TestLeaderSettlesOnceTheCopiesAreBack(t *testing.T) {
+	returned := after.Add(-time.Minute)
+	cases := []struct {
+		name   string
+		leader bool
+		objs   []runtime.Object
+		waits  bool
+	}{
+		{name: "a leader, a copy not scheduled yet", leader: true, waits: true,
+			objs: []runtime.Object{operatorDeployment(2), operatorCopy("op-1", "c", true), operatorCopy("op-2", "", false)}},
+		{name: "a leader, both copies ready", leader: true,
+			objs: []runtime.Object{operatorDeployment(2), operatorCopy("op-1", "c", true), operatorCopy("op-2", "a", true)}},
+		{name: "a worker, a copy not scheduled yet",
+			objs: []runtime.Object{operatorDeployment(2), operatorCopy("op-1", "c", true), operatorCopy("op-2", "", false)}},
+		{name: "a leader, no Deployment of cluster-operator", leader: true,
+			objs: []runtime.Object{operatorCopy("op-2", "", false)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tu.Cluster("lab", tu.TargetVersion(tu.Version2))
+			c.Status.Settling = []likenv1.SettlingMachine{settling("a", tc.leader, returned)}
+			objs := append([]runtime.Object{c, tu.Machine("a", tu.FinishedOn(tu.Version2)), tu.Machine("b", tu.WantsRelease),
+				tu.Node("a", true, tu.NodeBootID("boot-2-a")), tu.Node("b", true)}, tc.objs...)
+			f := newFixture(t, objs...)
+			_, err := f.ctrl.sync(context.Background(), "lab")
+			assert.NilError(t, err)
+			st := f.stored("lab").Status
+			if !tc.waits {
+				assert.Equal(t, st.Turns, "b")
+				return
+			}
+			assert.Equal(t, st.Turns, "")
+			p := progressing(t, st)
+			assert.Check(t, is.Equal(p.Reason, likenv1.ReasonSettling))
+			assert.Check(t, is.Contains(p.Message, "a waits for cluster-operator to have all of its copies ready (1 of 2)."))
+		})
+	}
 }
 
 func must(obj any, err error) any {

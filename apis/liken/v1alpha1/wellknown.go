@@ -18,6 +18,12 @@ const (
 	SystemNamespace = "liken-system"
 	// OperatorLeaseName is the Lease cluster-operator copies elect a leader with.
 	OperatorLeaseName = "cluster-operator"
+	// OperatorDeploymentName is cluster-operator's Deployment in
+	// SystemNamespace; its pods carry the label OperatorAppLabel.
+	OperatorDeploymentName = "cluster-operator"
+	// OperatorAppLabel is the value of app.kubernetes.io/name on the pods
+	// of cluster-operator's Deployment.
+	OperatorAppLabel = "cluster-operator"
 
 	// AnnotationCheckReleases: a new value makes cluster-operator read the
 	// release channel now. The value means nothing.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	corev1 "k8s.io/api/core/v1"
 	"net"
 	"net/http"
 	"os"
@@ -16,7 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -229,6 +230,12 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	lf := likeninformers.NewSharedInformerFactory(liken, 5*time.Minute)
 	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
 	leaseFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(liveness.LeaseNamespace))
+	// Its own Deployment only, which a settling leader's copies are counted
+	// against.
+	selfFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(likenv1.SystemNamespace),
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", likenv1.OperatorDeploymentName).String()
+		}))
 	clusters := lf.Liken().V1alpha1().Clusters()
 	machines := lf.Liken().V1alpha1().Machines()
 
@@ -249,6 +256,7 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 			return turns.NewPodInformer(c)
 		}),
 		Budgets: kf.Policy().V1().PodDisruptionBudgets(),
+		Copies:  selfFactory.Apps().V1().Deployments(),
 		Writer:  liken.LikenV1alpha1().Clusters(), Recorder: recorder, Metrics: m, Clock: clk,
 		Term: term, StartupGrace: o.StartupGrace, Liveness: liveCtrl, Prometheus: prober,
 	})
@@ -276,11 +284,13 @@ func runControllers(ctx context.Context, o Options, term leadership.Term, kube k
 	lf.Start(ctx.Done())
 	kf.Start(ctx.Done())
 	leaseFactory.Start(ctx.Done())
+	selfFactory.Start(ctx.Done())
 	csrFactory.Start(ctx.Done())
 	defer lf.Shutdown()
 	defer csrFactory.Shutdown()
 	defer kf.Shutdown()
 	defer leaseFactory.Shutdown()
+	defer selfFactory.Shutdown()
 
 	runs := []struct {
 		name    string

@@ -236,8 +236,9 @@ func watchFleet(t *testing.T, l *Lab) *fleetWatch {
 	d, err := l.Kube.AppsV1().Deployments(likenv1.SystemNamespace).Get(ctx, "cluster-operator", metav1.GetOptions{})
 	assert.NilError(t, err)
 	w.replicas = int(*d.Spec.Replicas)
-	// The copies run on two leaders, and leaders take turns one at a
-	// time: a drain takes one copy away at most.
+	// The copies run on two leaders, leaders take turns one at a time,
+	// and a leader settles only once the copies are all ready again: a
+	// drain takes one copy away at most.
 	w.minCopies = w.replicas - 1
 	return w
 }
