@@ -287,17 +287,41 @@ func TestResume(t *testing.T) {
 	assert.Equal(t, got.Annotations[v1alpha1.AnnotationResumeRollout], "2026-11-30T12:00:00Z")
 }
 
-// After a failed trial, resume says what really happens: every machine may
-// try the release again, the one that failed included.
-func TestResumeAfterAFailedTrial(t *testing.T) {
-	ctx := context.Background()
-	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	cl := clitest.Cluster("lab", "1")
-	cl.Status.Halt = &v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1", Version: cl.Spec.Version, Since: clitest.Since}
-	c := fake.NewSimpleClientset(cl)
-	var out bytes.Buffer
-	assert.NilError(t, Resume(ctx, c, clk, "lab", &out))
-	golden.Assert(t, out.String(), "resume-trial-failed.golden")
+// After each kind of halt, resume says what really happens next: after a
+// failed trial every machine may try the release again, the one that
+// failed included; after a failed canary the canary counts as passed;
+// after a machine that did not settle, its place goes to the next machine.
+func TestResumeSaysWhatHappensNext(t *testing.T) {
+	cases := []struct {
+		name   string
+		halt   v1alpha1.RolloutHalt
+		settle bool
+		golden string
+	}{
+		{name: "a failed trial", halt: v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonTrialFailed, Machine: "node-1"},
+			golden: "resume-trial-failed.golden"},
+		{name: "a failed canary", halt: v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonCanaryFailed, Machine: "node-1"},
+			golden: "resume-canary-failed.golden"},
+		{name: "a machine that did not settle", halt: v1alpha1.RolloutHalt{Reason: v1alpha1.ReasonRolloutStalled, Machine: "node-2"}, settle: true,
+			golden: "resume-settle-stalled.golden"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+			cl := clitest.Cluster("lab", "1")
+			h := tc.halt
+			h.Version, h.Since = cl.Spec.Version, clitest.Since
+			cl.Status.Halt = &h
+			if tc.settle {
+				cl.Status.Settling = []v1alpha1.SettlingMachine{{Machine: h.Machine, Reason: v1alpha1.TurnRelease, GrantedAt: clitest.Since, ReturnedAt: clitest.Since}}
+			}
+			c := fake.NewSimpleClientset(cl)
+			var out bytes.Buffer
+			assert.NilError(t, Resume(ctx, c, clk, "lab", &out))
+			golden.Assert(t, out.String(), tc.golden)
+		})
+	}
 }
 
 // A Manual leader (node-1) and two workers have all staged the release;

@@ -20,6 +20,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	likenlisters "liken.sh/liken/generated/listers/liken/v1alpha1"
+	"liken.sh/liken/internal/clip"
 	"liken.sh/liken/internal/trust"
 )
 
@@ -223,7 +224,7 @@ func (p *Prober) probe(ctx context.Context, g *likenv1.PrometheusGate, caBundle 
 		if err != nil {
 			detail = err.Error()
 		}
-		return shut("%s answered %s, not Prometheus's list of alerts: %s", endpoint, resp.Status, clip(detail, 200))
+		return shut("%s answered %s, not Prometheus's list of alerts: %s", endpoint, resp.Status, clip.To(detail, 200))
 	}
 	var firing []string
 	for _, al := range a.Data.Alerts {
@@ -240,12 +241,4 @@ func (p *Prober) probe(ctx context.Context, g *likenv1.PrometheusGate, caBundle 
 		firing = append(firing[:10], fmt.Sprintf("and %d more", len(firing)-10))
 	}
 	return shut("alerts fire on %s: %s", g.URL, strings.Join(firing, ", "))
-}
-
-// clip cuts s to at most n bytes.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -10,6 +10,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
+	"liken.sh/liken/internal/clip"
 	"liken.sh/liken/internal/rules"
 )
 
@@ -128,7 +129,7 @@ func canaryUnhealthy(in Input, m *likenv1.Machine, v string) string {
 	case m.Status.Phase == likenv1.MachineDegraded:
 		msg := ""
 		if c := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionReady); c != nil {
-			msg = ": " + clip(c.Message, maxMachineMessage)
+			msg = ": " + clip.To(c.Message, maxMachineMessage)
 		}
 		return "turned Degraded" + msg
 	case rules.Unavailable(m, false, in.Nodes[m.Name].forBudget()):

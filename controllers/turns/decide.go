@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +13,7 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/internal/fleet"
 	"liken.sh/liken/controllers/promgate"
+	"liken.sh/liken/internal/clip"
 	"liken.sh/liken/internal/rules"
 	"liken.sh/liken/internal/window"
 )
@@ -341,7 +341,7 @@ func Decide(in Input) Decision {
 	case in.GateErr != nil:
 		blocked = &metav1.Condition{Reason: likenv1.ReasonInvalidGate, Message: fmt.Sprintf(
 			"No turn is granted: cluster-operator cannot read a gate, and grants nothing rather than pass it: %s. Fix it (kubectl edit cluster %s); granting resumes by itself.",
-			clip(in.GateErr.Error(), maxMachineMessage), c.Name)}
+			clip.To(in.GateErr.Error(), maxMachineMessage), c.Name)}
 	case in.Now.Before(in.GrantFrom):
 		blocked = &metav1.Condition{Reason: likenv1.ReasonStartupGrace, Message: fmt.Sprintf(
 			"cluster-operator %s started leading; it grants no turn until %s, so that machines that went down before it started read Lost first. Granting resumes then by itself.",
@@ -561,7 +561,7 @@ func invalidWindowMessage(cluster string, errs field.ErrorList) string {
 			msgs = append(msgs, fmt.Sprintf("and %d more", len(errs)-maxListed))
 			break
 		}
-		msgs = append(msgs, clip(e.Error(), maxMachineMessage))
+		msgs = append(msgs, clip.To(e.Error(), maxMachineMessage))
 	}
 	return fmt.Sprintf("No turn is granted: cluster-operator cannot tell when the maintenance windows are open, and grants nothing rather than guess. %s. "+
 		"Fix spec.disruption.windows (kubectl edit cluster %s); granting resumes by itself once every window reads.",
@@ -650,7 +650,7 @@ func endAfterBoot(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target st
 		return Ended{Turn: t, Result: ResultTrialFailed, Failed: release, Message: msg}, true
 	}
 	if tf := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionTrialFailed); tf != nil && tf.Status == metav1.ConditionTrue {
-		return failed(clip(tf.Reason, maxMachineReason) + ": " + clip(tf.Message, maxMachineMessage))
+		return failed(clip.To(tf.Reason, maxMachineReason) + ": " + clip.To(tf.Message, maxMachineMessage))
 	}
 	var done string
 	switch m.Status.Phase {
@@ -729,7 +729,7 @@ func endBeforeStart(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended,
 	case likenv1.MachineDegraded:
 		why := "see its conditions"
 		if r := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionReady); r != nil && r.Message != "" {
-			why = clip(r.Message, maxMachineMessage)
+			why = clip.To(r.Message, maxMachineMessage)
 		}
 		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
 			"Took back the turn of machine %s before it started: it is Degraded (%s); it asks again once a person fixed it", m.Name, why)}, true
@@ -779,19 +779,6 @@ const (
 	maxMachineReason  = 128
 	maxMachineMessage = 512
 )
-
-// clip returns s cut to at most n bytes on a character boundary, with
-// "..." when it was cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
 
 // waiting are the machines that ask for a turn they may have, leaders
 // first, then workers, each in the order of machines (by name: the grant
@@ -887,7 +874,7 @@ func endRestartK3s(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, 
 		}
 		why := "see its ConfigApplied condition"
 		if f := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied); f != nil && f.Message != "" {
-			why = clip(f.Message, maxMachineMessage)
+			why = clip.To(f.Message, maxMachineMessage)
 		}
 		return Ended{Turn: t, Result: ResultK3sRestartFailed, Message: fmt.Sprintf(
 			"Machine %s's restart of k3s failed: %s. No other machine restarts k3s until the value changes or a person resumes the rollout (liken rollout resume %s)", m.Name, why, m.Spec.Cluster)}, true
@@ -1055,7 +1042,7 @@ func drainBlocks(drain Drain, allowed map[string]int32, taken map[string]int) []
 func skippedMessage(skipped []Skip) string {
 	return passedOverMessage(" Passed over, because PodDisruptionBudgets would block their drain now:", len(skipped),
 		func(i int) string {
-			return fmt.Sprintf(" %s waits: its drain would be blocked by %s.", skipped[i].Machine, clip(skipped[i].Budgets, maxMachineMessage))
+			return fmt.Sprintf(" %s waits: its drain would be blocked by %s.", skipped[i].Machine, clip.To(skipped[i].Budgets, maxMachineMessage))
 		},
 		" The next machine in order takes each such turn; a machine passed over gets its turn by itself once its budgets allow the evictions "+
 			"(let the workload run its pods elsewhere, or relax the budget).",

@@ -12,6 +12,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/controllers/promgate"
+	"liken.sh/liken/internal/clip"
 )
 
 // Gated is a machine that would have had a turn but that a gate passed
@@ -45,7 +46,7 @@ func gatedMessage(gated []Gated) string {
 	return passedOverMessage(" Passed over by a gate:", len(gated),
 		func(i int) string {
 			g := gated[i]
-			return fmt.Sprintf(" %s runs %s (spec.disruption.gates[%d], blockingPods).", g.Machine, clip(podList(g.Pods), maxMachineMessage), g.Gate)
+			return fmt.Sprintf(" %s runs %s (spec.disruption.gates[%d], blockingPods).", g.Machine, clip.To(podList(g.Pods), maxMachineMessage), g.Gate)
 		},
 		" Each gets its turn by itself once no such pod runs on it.",
 		slices.ContainsFunc(gated, func(g Gated) bool { return g.Leader }))
@@ -73,7 +74,7 @@ func hold(c *likenv1.Cluster) (by string, at time.Time) {
 // why, who set it and when, and how to lift it.
 func heldMessage(c *likenv1.Cluster, turns []likenv1.RebootTurn) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "No turn is granted: the rollout is held (annotation %s): %q", likenv1.AnnotationHold, clip(c.Annotations[likenv1.AnnotationHold], maxMachineMessage))
+	fmt.Fprintf(&b, "No turn is granted: the rollout is held (annotation %s): %q", likenv1.AnnotationHold, clip.To(c.Annotations[likenv1.AnnotationHold], maxMachineMessage))
 	if by, at := hold(c); by != "" {
 		fmt.Fprintf(&b, ", set by %s", by)
 		if !at.IsZero() {
@@ -147,7 +148,7 @@ func shutMessage(shut []promgate.Closed, turns []likenv1.RebootTurn) string {
 			fmt.Fprintf(&b, " and %d more gates.", len(shut)-maxListed)
 			break
 		}
-		fmt.Fprintf(&b, " spec.disruption.gates[%d] (prometheus) is shut: %s.", g.Gate, clip(g.Why, maxMachineMessage))
+		fmt.Fprintf(&b, " spec.disruption.gates[%d] (prometheus) is shut: %s.", g.Gate, clip.To(g.Why, maxMachineMessage))
 	}
 	if len(turns) > 0 {
 		fmt.Fprintf(&b, " Turns granted before go on to their end: %s.", holders(turns))

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/internal/clip"
 )
 
 // maxTurnBudgets is how many PodDisruptionBudgets a turn records (the
@@ -106,7 +107,7 @@ func settleWaits(s likenv1.SettlingMachine, unsettled []string, now time.Time, s
 	if len(waits) > maxListed {
 		waits = append(waits[:maxListed], fmt.Sprintf("and %d more", len(waits)-maxListed))
 	}
-	return clip(strings.Join(waits, "; "), maxMachineMessage)
+	return clip.To(strings.Join(waits, "; "), maxMachineMessage)
 }
 
 // settlingMessage names the machines that settle and what each waits for.
