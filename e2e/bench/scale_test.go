@@ -28,8 +28,13 @@ type scaleOptions struct {
 	fleet fleetsim.FleetOptions
 	// settle is how long the fleet runs before the idle window.
 	settle time.Duration
-	// idle is the window measured with only heartbeats.
+	// idle is the window measured with only heartbeats, once with the
+	// fleet's settle of 0s, then again with settleOn.
 	idle time.Duration
+	// settleOn is spec.disruption.settle in the second idle window; the
+	// staging and the rollout run with 0s again, so that the grant is
+	// timed from the turn's end.
+	settleOn time.Duration
 	// turns is how many finished turns the rollout window measures.
 	turns int
 	// maxUnavailable is the budget during the rollout.
@@ -44,7 +49,10 @@ type scaleResult struct {
 	idleOp, idleAPI, idleEtcd Usage
 	idleReqs                  Counts
 	idleHeartbeats            int64
-	renewLag                  []time.Duration
+	// The second idle window, with settleOn.
+	settleOp   Usage
+	settleReqs Counts
+	renewLag   []time.Duration
 	// Staging: every machine reports its release staged while the budget
 	// is 0.
 	stageOp   Usage
@@ -273,6 +281,18 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	t.Logf("idle window: operator %.3f cores, RSS %.0f MiB; %d heartbeats (renew lag p99 %s); operator requests: %s",
 		r.idleOp.Cores(), MiB(r.idleOp.RSSMax), r.idleHeartbeats, Percentile(r.renewLag, 99), r.idleReqs)
 
+	// Idle again, with settle on: the window starts once the operator
+	// recorded the change (its one status write for it).
+	must(t, f.SetSettle(o.settleOn))
+	observed(t, f, op)
+	c0 = counter.Snapshot()
+	sOp = StartSampler(op.PID, time.Second)
+	window(ctx, o.idle)
+	r.settleOp, r.settleReqs = stopSampler(t, sOp), counter.Snapshot().Sub(c0)
+	must(t, f.SetSettle(0))
+	observed(t, f, op)
+	t.Logf("idle window with settle %s: operator RSS %.0f MiB; operator requests: %s", o.settleOn, MiB(r.settleOp.RSSMax), r.settleReqs)
+
 	// Staging, with the budget at 0.
 	must(t, f.SetMaxUnavailable("0"))
 	c1 := counter.Snapshot()
@@ -353,6 +373,24 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	return r
 }
 
+// observed waits until the operator recorded the Cluster's last change.
+func observed(t testing.TB, f *fleetsim.Fleet, op *fleetsim.Operator) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if err := op.ExitError(); err != nil {
+			return poll.Error(err)
+		}
+		c, err := f.Cluster()
+		if err != nil {
+			return poll.Continue("reading the Cluster: %v", err)
+		}
+		if c.Status.ObservedGeneration != c.Generation {
+			return poll.Continue("the operator observed generation %d of the Cluster, not %d", c.Status.ObservedGeneration, c.Generation)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(100*time.Millisecond))
+}
+
 // check asserts what every run must show: no grant over budget, no Lost
 // verdict, heartbeats on time, figures that make sense.
 // scaleTargets are the figures a scale run must meet.
@@ -380,6 +418,12 @@ func (r scaleResult) check(t testing.TB, target scaleTargets) {
 	assert.Equal(t, lost, 0, "the operator wrote Machine statuses (Lost verdicts): the load generator's heartbeats were late? renew lag p99 %s", Percentile(r.renewLag, 99))
 	assert.Assert(t, r.idleHeartbeats > 0, "no heartbeat in the idle window")
 	assert.Assert(t, r.idleOp.Samples >= 2 && r.idleOp.RSSMedian > 0, "no sample of the operator: %+v", r.idleOp)
+	// Settling adds no request at rest: the same window with settle on
+	// sees the leader election's renewals (one more or less, by where the
+	// window falls) and nothing else.
+	off, on := r.idleReqs.Total(nil), r.settleReqs.Total(nil)
+	assert.Assert(t, on <= off+1, "with settle %s the operator made %d requests at rest (%s), against %d with settle 0s (%s) in a window as long",
+		r.o.settleOn, on, r.settleReqs, off, r.idleReqs)
 	assert.Assert(t, r.finished >= r.o.turns, "%d turns finished, want %d", r.finished, r.o.turns)
 	assert.Assert(t, len(r.grantLatency) > 0, "no grant followed a finished turn")
 	assert.Assert(t, len(r.echoLatency) > 0, "the echo baseline measured nothing")
@@ -415,6 +459,10 @@ func (r scaleResult) report(t testing.TB) {
 	fmt.Fprintf(&b, "| operator CPU at rest (%.0f heartbeats/s) | %.3f cores, %.0f µs per heartbeat | kube-apiserver %.3f cores + etcd %.3f cores | %.2f x of the API server + etcd |\n",
 		hbRate, r.idleOp.Cores(), r.idleOp.CPU.Seconds()*1e6/float64(max(r.idleHeartbeats, 1)), r.idleAPI.Cores(), r.idleEtcd.Cores(), r.idleOp.Cores()/(r.idleAPI.Cores()+r.idleEtcd.Cores()))
 	fmt.Fprintf(&b, "| operator API requests at rest | %.2f /s (%s) | machines' heartbeats: %.0f writes/s | %.4f x |\n", idleReqRate, r.idleReqs, hbRate, idleReqRate/hbRate)
+	settleReqRate := perSecond(r.settleReqs.Total(nil), r.settleOp.Wall)
+	fmt.Fprintf(&b, "| at rest with settle %s: operator API requests; RSS median / max | %.2f /s (%s); %.0f / %.0f MiB | settle 0s: %.2f /s; %.0f / %.0f MiB | %.2f x; %.2f x |\n",
+		r.o.settleOn, settleReqRate, r.settleReqs, MiB(r.settleOp.RSSMedian), MiB(r.settleOp.RSSMax), idleReqRate, MiB(r.idleOp.RSSMedian), MiB(r.idleOp.RSSMax),
+		settleReqRate/idleReqRate, float64(r.settleOp.RSSMedian)/float64(r.idleOp.RSSMedian))
 	fmt.Fprintf(&b, "| operator CPU per finished turn (rollout) | %.1f ms (%.3f cores) | kube-apiserver %.1f ms per turn | %.2f x |\n",
 		ms(r.rollOp.CPU)/float64(r.finished), r.rollOp.Cores(), ms(r.rollAPI.CPU)/float64(r.finished), r.rollOp.CPU.Seconds()/r.rollAPI.CPU.Seconds())
 	fmt.Fprintf(&b, "| API writes per machine upgrade | operator %.1f + machine %.1f = %.1f | - | - |\n", opWrites, mWrites, opWrites+mWrites)
@@ -456,7 +504,7 @@ func scaleFor(t testing.TB, machines int) scaleOptions {
 			Machines: machines, Leaders: 3, MaxUnavailable: "5",
 			RenewEvery: 10 * time.Second, RebootFor: time.Second, Nodes: machines <= 1000, StageQPS: 200,
 		},
-		settle: 15 * time.Second, idle: time.Minute, turns: 300, maxUnavailable: 5,
+		settle: 15 * time.Second, idle: time.Minute, settleOn: 30 * time.Second, turns: 300, maxUnavailable: 5,
 	}
 	if machines > 1000 {
 		o.fleet.RenewEvery = 30 * time.Second
@@ -543,7 +591,7 @@ func TestOperatorScaleSmoke(t *testing.T) {
 			Machines: 20, Leaders: 3, MaxUnavailable: "5",
 			RenewEvery: 10 * time.Second, RebootFor: 300 * time.Millisecond, Nodes: true, StageQPS: 100,
 		},
-		settle: time.Second, idle: 5 * time.Second, turns: 12, maxUnavailable: 5,
+		settle: time.Second, idle: 5 * time.Second, settleOn: 30 * time.Second, turns: 12, maxUnavailable: 5,
 	})
 	r.report(t)
 	r.check(t, scaleSmokeTarget)

@@ -23,7 +23,7 @@ import (
 
 // alertsServer answers Prometheus's /api/v1/alerts, in its format, with one
 // firing alert KubeNodeNotReady while firing is set. (A Prometheus server
-// is not built here; see docs/reference/cluster.md.)
+// is not built for make test; see docs/design/protocol.md, gates.)
 func alertsServer(t *testing.T, firing *atomic.Bool) *httptest.Server {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/api/v1/alerts" {

@@ -476,6 +476,13 @@ func (f *Fleet) SetMaxUnavailable(v string) error {
 	return err
 }
 
+// SetSettle sets spec.disruption.settle to d.
+func (f *Fleet) SetSettle(d time.Duration) error {
+	patch := fmt.Sprintf(`{"spec":{"disruption":{"settle":%q}}}`, d.String())
+	_, err := f.Liken.LikenV1alpha1().Clusters().Patch(f.ctx, FleetCluster, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
 // SetVersion points spec.version at v.
 func (f *Fleet) SetVersion(v string) error {
 	patch := fmt.Sprintf(`{"spec":{"version":%q}}`, v)
