@@ -71,10 +71,22 @@ func Up(t *testing.T, kind Kind, name string, machines, leaders int) *Lab {
 	repo, err := srctree.Find()
 	assert.NilError(t, err)
 	bin := filepath.Dir(fleetsim.Binary(t, "liken"))
+	home := t.TempDir()
 	l := &Lab{T: t, Name: name, bin: bin, repo: repo,
-		env: append(os.Environ(), "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin, "LIKEN_LAB_STARTUP_GRACE=2s")}
+		env: append(os.Environ(), "LIKEN_LAB_HOME="+home, "LIKEN_BIN="+bin, "LIKEN_LAB_STARTUP_GRACE=2s")}
 	start := time.Now()
-	out := l.Run("lab", "up", "--name", name, string(kind), "--machines", fmt.Sprint(machines), "--leaders", fmt.Sprint(leaders), "--reboot-policy", "Auto")
+	up := []string{"lab", "up", "--name", name, string(kind), "--machines", fmt.Sprint(machines), "--leaders", fmt.Sprint(leaders), "--reboot-policy", "Auto"}
+	b, err := l.command(up...).CombinedOutput()
+	out := string(b)
+	if err != nil {
+		// The lab's folder goes with the test's: its consoles are the
+		// only account of why the machines did not come up.
+		logConsoles(t, filepath.Join(home, name, "machines"))
+		// A lab that failed to come up stopped its processes; down
+		// removes what is left, and may find nothing to remove.
+		_ = l.command("lab", "down", "--name", name).Run()
+		t.Fatalf("liken %s: %v\n%s", strings.Join(up, " "), err, out)
+	}
 	t.Cleanup(func() {
 		if !l.down {
 			l.Run("lab", "down", "--name", name)
@@ -102,11 +114,7 @@ func Up(t *testing.T, kind Kind, name string, machines, leaders int) *Lab {
 	assert.DeepEqual(t, kinds, want)
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, m := range l.St.Machines {
-				b, _ := os.ReadFile(filepath.Join(m.Dir, "machine.log"))
-				s := string(b)
-				t.Logf("%s console, last 4000 bytes:\n%s", m.Name, s[max(0, len(s)-4000):])
-			}
+			logConsoles(t, filepath.Join(home, name, "machines"))
 		}
 	})
 
@@ -148,13 +156,46 @@ func Up(t *testing.T, kind Kind, name string, machines, leaders int) *Lab {
 	return l
 }
 
+// controlPlaneLine is a console line about a leader's datastore or API
+// server: what a lab whose API never answered needs first.
+var controlPlaneLine = regexp.MustCompile(`etcd|kube-apiserver|liken-control-plane`)
+
+// logConsoles logs each machine's console in dir (a lab's machines
+// folder): its last 40 lines about the control plane, then its last
+// 4,000 bytes.
+func logConsoles(t *testing.T, dir string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "machine.log"))
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Logf("%s: %v", f, err)
+			continue
+		}
+		name, s := filepath.Base(filepath.Dir(f)), string(b)
+		var cp []string
+		for _, line := range strings.Split(s, "\n") {
+			if controlPlaneLine.MatchString(line) {
+				cp = append(cp, line)
+			}
+		}
+		t.Logf("%s console, its last 40 lines about the control plane:\n%s", name, strings.Join(cp[max(0, len(cp)-40):], "\n"))
+		t.Logf("%s console, last 4000 bytes:\n%s", name, s[max(0, len(s)-4000):])
+	}
+}
+
+// command is liken with args in the lab's environment.
+func (l *Lab) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(l.bin, "liken"), args...)
+	cmd.Dir, cmd.Env = l.repo, l.env
+	return cmd
+}
+
 // Run runs liken with args in the lab's environment, fails the test if
 // it fails, and returns its output.
 func (l *Lab) Run(args ...string) string {
 	l.T.Helper()
-	cmd := exec.Command(filepath.Join(l.bin, "liken"), args...)
-	cmd.Dir, cmd.Env = l.repo, l.env
-	out, err := cmd.CombinedOutput()
+	out, err := l.command(args...).CombinedOutput()
 	assert.NilError(l.T, err, "liken %s:\n%s", strings.Join(args, " "), out)
 	return string(out)
 }
