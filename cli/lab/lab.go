@@ -174,7 +174,8 @@ func newPowerCommand() *cobra.Command {
 		Short: "Cut, restore or cycle a simulated machine's power",
 		Long: `Cut (off), restore (on) or cycle a simulated machine's power. Off kills the
 machine at once, as a power cut does: its node daemon gets no warning, and
-its Node reads NotReady. On boots it again through its firmware.`,
+its Node reads NotReady. A machine in namespaces is off once its last process
+has exited, and off returns only then. On boots it again through its firmware.`,
 		Example: `  liken lab power off node-2
   liken lab power on node-2
   liken lab power cycle node-2`,
@@ -290,7 +291,8 @@ func stopAll(st *State) {
 }
 
 // powerOff cuts a machine's power: its firmware and node daemon die at
-// once, and its Node reads NotReady.
+// once, and its Node reads NotReady. A namespace machine is off once its
+// cgroup is empty.
 func powerOff(ctx context.Context, st *State, m *MachineInfo) error {
 	p := st.Process(KindMachine, m.Name)
 	if p == nil {
@@ -301,6 +303,13 @@ func powerOff(ctx context.Context, st *State, m *MachineInfo) error {
 		controlplane.StopPID(p.PID, 5*time.Second)
 	}
 	p.PID = 0
+	if st.Containers {
+		// Off means off: no process of the machine may still write to
+		// its disk once this returns.
+		if err := NSMachine(st, m).WaitOff(30 * time.Second); err != nil {
+			return err
+		}
+	}
 	if st.RealImage() {
 		// The real kubelet stops renewing the Node's Lease by itself.
 		return nil

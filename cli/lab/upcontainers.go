@@ -50,6 +50,11 @@ func containerCgroup(st *State, m *MachineInfo) string {
 	return labCgroup(st) + "/" + m.Name
 }
 
+// NSMachine is a namespace lab's machine m, for reading its cgroup.
+func NSMachine(st *State, m *MachineInfo) *nsmachine.Machine {
+	return &nsmachine.Machine{Name: m.Name, Dir: filepath.Join(m.Dir, containerDisk), Cgroup: containerCgroup(st, m)}
+}
+
 // labCgroup is the cgroup of a namespace lab's machines.
 func labCgroup(st *State) string { return "/liken-lab/" + st.Name }
 

@@ -19,6 +19,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/install"
+	clilab "liken.sh/liken/cli/lab"
 	"liken.sh/liken/e2e/internal/userlab"
 	nodecp "liken.sh/liken/node/controlplane"
 )
@@ -179,6 +180,11 @@ func reinstalledLeaderAlone(t *testing.T, l *userlab.Lab) {
 	}
 	info, err := l.St.Machine(first)
 	assert.NilError(t, err)
+	// Power off returned: none of the machine's processes is left to
+	// write to the disk removed below.
+	procs, err := clilab.NSMachine(&l.St, info).CgroupProcs()
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(procs, 0), "%s's processes are still in its cgroup after liken lab power off", first)
 	versions, err := os.ReadDir(l.St.ChannelDir)
 	assert.NilError(t, err)
 	var oldest string

@@ -231,3 +231,24 @@ func (m *Machine) CgroupProcs() ([]int, error) {
 	}
 	return pids, nil
 }
+
+// WaitOff waits up to timeout until no process is left in the machine's
+// cgroup. A power cut kills the machine's init at once, and the kernel
+// kills the rest of its PID namespace a moment later: until then its
+// kubelet may still write to its disk.
+func (m *Machine) WaitOff(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		procs, err := m.CgroupProcs()
+		if err != nil {
+			return err
+		}
+		if len(procs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("machine %s is not off after %s: processes %v are still in its cgroup", m.Name, timeout, procs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
