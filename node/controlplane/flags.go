@@ -99,6 +99,10 @@ func APIServerArgs(cfg Config, dir string) ([]string, error) {
 		"--proxy-client-cert-file=" + f(FrontProxyClient.Cert()),
 		"--proxy-client-key-file=" + f(FrontProxyClient.Key()),
 		"--shutdown-delay-duration=5s",
+		// Stopping, it waits at most 5 s for its watches to drain, not
+		// its 60 s request timeout: a leader's restart or reboot holds
+		// its API server down seconds, not a minute.
+		"--shutdown-watch-termination-grace-period=5s",
 		"--allow-privileged=true",
 	}, nil
 }

@@ -104,6 +104,7 @@ func TestFlags(t *testing.T) {
 				{"--proxy-client-cert-file", dir + "/front-proxy-client.crt"},
 				{"--proxy-client-key-file", dir + "/front-proxy-client.key"},
 				{"--shutdown-delay-duration", "5s"},
+				{"--shutdown-watch-termination-grace-period", "5s"},
 			},
 			absent: []string{"--token-auth-file", "--insecure-port", "--anonymous-auth", "--authorization-webhook-config-file"},
 		},
