@@ -209,15 +209,22 @@ func (m *vm) powerOn() {
 // unit's sandbox.
 var unitFailures = regexp.MustCompile(`(?im)^.*(read-only file system|status=[0-9]+/NAMESPACE).*$`)
 
+// loginPrompt is a console line of a getty: a terminal that offers a
+// login, which a liken machine never does.
+var loginPrompt = regexp.MustCompile(`(?m)^.*(login: *$|Started [a-z-]*getty).*$`)
+
 // consoleClean checks that the image's units started on the machine's
 // current boot: no write hit the read-only root, and
-// systemd-timesyncd, whose sandbox needs a writable /tmp, runs.
+// systemd-timesyncd, whose sandbox needs a writable /tmp, runs; and that
+// its console offers no login.
 func (m *vm) consoleClean() {
 	m.l.t.Helper()
 	b, err := os.ReadFile(m.log)
 	assert.NilError(m.l.t, err)
 	bad := unitFailures.FindAllString(string(b), 5)
 	assert.Check(m.l.t, len(bad) == 0, "%s's console:\n%s", m.name, strings.Join(bad, "\n"))
+	login := loginPrompt.FindAllString(string(b), 5)
+	assert.Check(m.l.t, len(login) == 0, "%s's console offers a login:\n%s", m.name, strings.Join(login, "\n"))
 	assert.Check(m.l.t, is.Contains(string(b), "Started systemd-timesyncd.service"), "%s: systemd-timesyncd did not start", m.name)
 }
 

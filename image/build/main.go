@@ -538,9 +538,15 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 	if err := run("", "chroot", append([]string{root, "systemctl", "enable", "--quiet"}, units...)...); err != nil {
 		return err
 	}
-	// The console shows a login prompt on the serial port, where the VM lab reads it.
-	return run("", "chroot", root, "systemctl", "enable", "--quiet", "serial-getty@ttyS0.service")
+	// No login: a machine offers no getty on any terminal. Masking
+	// getty.target also stops what systemd's generator adds to it (a
+	// serial getty on the kernel's console, a container's console getty);
+	// the kernel and systemd still write their messages to the console.
+	return run("", "chroot", append([]string{root, "systemctl", "mask", "--quiet"}, noLogin...)...)
 }
+
+// noLogin are the units masked so that no terminal offers a login.
+var noLogin = []string{"getty.target", "getty@.service", "autovt@.service", "serial-getty@.service", "console-getty.service", "container-getty@.service"}
 
 // packageList lists the Debian packages of the root and the components
 // built from source, with their versions.
