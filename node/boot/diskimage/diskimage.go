@@ -1,9 +1,11 @@
-// Package diskimage writes the parts of a BIOS boot disk without root or loop devices: GRUB's boot sector with the partition table, GRUB's core image, and ext2/ext4 file systems made from folders.
+// Package diskimage writes the parts of a boot disk without root or loop devices: GRUB's boot sector with an MBR partition table, a GUID partition table (GPT), GRUB's core image, and ext2/ext4 file systems made from folders.
 //
 // The disk is an image file or a block device. An MBR partition table
 // leaves the first MiB to GRUB: its boot.img in sector 0 (with the
 // partition table), its core image from sector 1, which reads grub.cfg
-// from the folder given as its prefix.
+// from the folder given as its prefix. A GPT (WriteGPT, ReadGPT) is what
+// UEFI firmware boots from, and what disks past 2 TiB need; liken install
+// does not write one yet.
 package diskimage
 
 import (
