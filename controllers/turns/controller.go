@@ -177,6 +177,12 @@ type Controller struct {
 	waitingSince map[string]map[string]*wait
 	// syncs counts the syncs, to tell which waits the last one saw.
 	syncs uint64
+	// events is, per cluster, when the first change since its last
+	// decision arrived.
+	events map[string]time.Time
+	// lastWrite is, per cluster, when this copy's last status write was
+	// answered.
+	lastWrite map[string]time.Time
 	// skipped is, per cluster and "<event reason>/<machine>", what the last
 	// DrainWouldBlock or GateClosed event named, so that a machine passed
 	// over sync after sync is reported once, and again only when what
@@ -218,6 +224,8 @@ func New(cfg Config) (*Controller, error) {
 		budgets:      budgets.GetIndexer(),
 		waitingSince: map[string]map[string]*wait{},
 		skipped:      map[string]map[string]string{},
+		events:       map[string]time.Time{},
+		lastWrite:    map[string]time.Time{},
 	}
 	c.queue = worker.New("turns", cfg.Clock, c.sync)
 	c.synced = []cache.DoneChecker{cfg.Clusters.Informer().HasSyncedChecker(), cfg.Machines.Informer().HasSyncedChecker(), cfg.Nodes.Informer().HasSyncedChecker(),
@@ -229,12 +237,12 @@ func New(cfg Config) (*Controller, error) {
 
 	enqueueCluster := func(obj any) {
 		if k, ok := worker.KeyOf(obj); ok {
-			c.queue.Add(k)
+			c.add(k)
 		}
 	}
 	enqueueMachine := func(obj any) {
 		if k, ok := fleet.ClusterOfMachine(obj); ok {
-			c.queue.Add(k)
+			c.add(k)
 		}
 	}
 	enqueueNode := func(obj any) {
@@ -254,7 +262,7 @@ func New(cfg Config) (*Controller, error) {
 		}
 		for _, cl := range clusters {
 			if slices.ContainsFunc(cl.Status.RebootTurns, func(t likenv1.RebootTurn) bool { return t.Machine == name }) {
-				c.queue.Add(cl.Name)
+				c.add(cl.Name)
 			}
 		}
 	}
@@ -296,7 +304,7 @@ func New(cfg Config) (*Controller, error) {
 	// A budget may cover pods of any cluster's machines.
 	enqueueAll := func(any) {
 		for _, key := range c.cfg.Clusters.Informer().GetStore().ListKeys() {
-			c.queue.Add(key)
+			c.add(key)
 		}
 	}
 	if _, err := budgets.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -375,7 +383,7 @@ func (c *Controller) settlesOn(b *policyv1.PodDisruptionBudget) bool {
 func (c *Controller) MachineChanged(name string) {
 	if o, exists, _ := c.machines.GetByKey(name); exists {
 		if k, ok := fleet.ClusterOfMachine(o); ok {
-			c.queue.Add(k)
+			c.add(k)
 		}
 	}
 }
@@ -437,6 +445,7 @@ func (c *Controller) observe(cluster *likenv1.Cluster) (machines []*likenv1.Mach
 }
 
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	tr := grantTrace{event: c.takeEvent(key), start: c.cfg.Clock.Now()}
 	cluster, err := c.clusters.Get(key)
 	if apierrors.IsNotFound(err) {
 		c.cfg.Metrics.Machines.DeletePartialMatch(map[string]string{"cluster": key})
@@ -444,6 +453,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		c.forgetWaiting(key)
 		c.mu.Lock()
 		delete(c.skipped, key)
+		delete(c.lastWrite, key)
 		c.mu.Unlock()
 		c.written.Forget(key)
 		return 0, nil
@@ -480,6 +490,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
+	tr.read = c.cfg.Clock.Now()
 	d := Decide(Input{
 		Cluster:            cluster,
 		Machines:           machines,
@@ -495,6 +506,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		GateErr:            gateErr,
 		Shut:               shut,
 	})
+	tr.decided = c.cfg.Clock.Now()
 	c.trackWaiting(cluster.Name, d.Waiting, now)
 	c.reportPassedOver(ctx, cluster, machines, d.Skipped, d.Gated)
 
@@ -502,9 +514,19 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// Progressing condition; the columns come on top, in the same write.
 	decided := !equality.Semantic.DeepEqual(cluster.Status, d.Status)
 	Columns(&d.Status, cluster, machines, now)
+	tr.columns = c.cfg.Clock.Now()
 	if !decided && equality.Semantic.DeepEqual(cluster.Status, d.Status) {
 		c.showHalt(cluster.Name, d.Status.Halt)
 		return d.RequeueAfter, nil
+	}
+	if !decided {
+		// Only the columns moved: they wait until ColumnsEvery after the
+		// Cluster's last write, so that a decision never queues behind a
+		// write of counts.
+		if wait := c.columnsWait(key, tr.columns); wait > 0 {
+			c.showHalt(cluster.Name, d.Status.Halt)
+			return soonest(d.RequeueAfter, wait), nil
+		}
 	}
 	what := "updating the columns of cluster " + cluster.Name
 	if decided {
@@ -518,6 +540,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			return 0, fmt.Errorf("not %s: %w", what, err)
 		}
 	}
+	tr.fenced = c.cfg.Clock.Now()
 	updated := cluster.DeepCopy()
 	updated.Status = d.Status
 	// The write carries the resourceVersion read with the cluster: if the
@@ -528,6 +551,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	c.written.Wrote(key, cluster.ResourceVersion, out)
+	c.mu.Lock()
+	c.lastWrite[key] = c.cfg.Clock.Now()
+	c.mu.Unlock()
+	if len(d.Granted) > 0 {
+		tr.written = c.cfg.Clock.Now()
+		tr.log(klog.FromContext(ctx), cluster, d.Granted)
+	}
 	if cluster.Status.Phase != d.Status.Phase {
 		klog.FromContext(ctx).Info("Cluster phase changed", "cluster", klog.KObj(cluster), "from", cluster.Status.Phase, "to", d.Status.Phase, "machines", d.Status.Machines)
 	}
@@ -672,7 +702,54 @@ func (c *Controller) shutGates(cluster *likenv1.Cluster) []promgate.Closed {
 // ClusterChanged asks for a decision on the named cluster, for a change
 // the turn controller's informers do not show (a prometheus gate opened or
 // shut).
-func (c *Controller) ClusterChanged(name string) { c.queue.Add(name) }
+func (c *Controller) ClusterChanged(name string) { c.add(name) }
+
+// ColumnsEvery is how long after a Cluster's last status write a write
+// that changes only its columns (phase, counts, the Ready condition)
+// waits: at most one such write a second, and a grant's sync finds no
+// write of counts in flight before it (docs/design/protocol.md).
+const ColumnsEvery = time.Second
+
+// columnsWait is how long a write of the cluster's columns alone must
+// still wait at now.
+func (c *Controller) columnsWait(key string, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, ok := c.lastWrite[key]
+	if !ok {
+		return 0
+	}
+	return last.Add(ColumnsEvery).Sub(now)
+}
+
+// soonest is the sooner of a requeue (0: none) and a wait.
+func soonest(requeue, wait time.Duration) time.Duration {
+	if requeue > 0 && requeue < wait {
+		return requeue
+	}
+	return wait
+}
+
+// add queues a decision on a cluster, noting when the first change since
+// its last decision arrived (the grant trace's "event").
+func (c *Controller) add(key string) {
+	c.mu.Lock()
+	if _, ok := c.events[key]; !ok {
+		c.events[key] = c.cfg.Clock.Now()
+	}
+	c.mu.Unlock()
+	c.queue.Add(key)
+}
+
+// takeEvent is when the first change since the cluster's last decision
+// arrived; zero for a sync nothing asked for (a requeue, a retry).
+func (c *Controller) takeEvent(key string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.events[key]
+	delete(c.events, key)
+	return t
+}
 
 // asks tells whether machine m may ask for a turn: it staged a change.
 func asks(m *likenv1.Machine) bool {

@@ -397,6 +397,7 @@ func TestControllerColumnsMoveWhileNothingIsGranted(t *testing.T) {
 			// is granted.
 			f.refresh("lab")
 			f.setMachine(tu.Machine("b", tu.WantsRelease))
+			f.clock.Step(ColumnsEvery)
 			_, err = f.ctrl.sync(context.Background(), "lab")
 			assert.NilError(t, err)
 			c = f.stored("lab")
@@ -416,6 +417,7 @@ func TestControllerFenceGuardsLedgerWritesNotColumns(t *testing.T) {
 
 	// Only a column changes: written without the lease, the ledger as read.
 	f.setMachine(tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
+	f.clock.Step(ColumnsEvery)
 	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.NilError(t, err)
 	assert.Equal(t, f.updates(), 2)
@@ -534,6 +536,7 @@ func TestControllerDecidesFromItsOwnWriteBeforeTheCacheHasIt(t *testing.T) {
 	_, err = f.client.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), other, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	f.setMachine(tu.Machine("b", tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)))
+	f.clock.Step(ColumnsEvery)
 	_, err = f.ctrl.sync(context.Background(), "lab")
 	assert.Assert(t, apierrors.IsConflict(errors.Unwrap(err)), "%v", err)
 
@@ -795,4 +798,50 @@ func TestNewTermIsWrittenBeforeTheFirstDecision(t *testing.T) {
 	assert.Equal(t, writes[0].Turns, "", "the term's write decides nothing")
 	assert.Equal(t, writes[1].Turns, "a")
 	assert.Equal(t, writes[1].Term, "2/op-2")
+}
+
+// TestColumnsWaitForASecondAfterAWrite: a change of the columns alone is
+// written no sooner than ColumnsEvery after the Cluster's last write (the
+// sync asks to come back then), while a grant is written at once: a grant
+// never waits behind a write of counts.
+func TestColumnsWaitForASecondAfterAWrite(t *testing.T) {
+	f := newFixture(t, tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.MaxUnavailable("0")),
+		tu.Machine("a", tu.WantsRelease), tu.Machine("b"), tu.Machine("c"))
+	_, err := f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 1)
+	f.refresh("lab")
+
+	// b downloads 300 ms later: its count waits for the rest of the second.
+	f.clock.Step(300 * time.Millisecond)
+	f.setMachine(tu.Machine("b", tu.Phase(likenv1.MachineDownloading)))
+	requeue, err := f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 1, "a write of the columns alone 300 ms after the last write")
+	assert.Equal(t, requeue, 700*time.Millisecond)
+
+	// The budget opens 100 ms later: the grant is written at once, the
+	// columns with it.
+	f.clock.Step(100 * time.Millisecond)
+	c := f.stored("lab")
+	c.Spec.Disruption = tu.Cluster("lab", tu.MaxUnavailable("1")).Spec.Disruption
+	assert.NilError(t, f.clusters.Liken().V1alpha1().Clusters().Informer().GetIndexer().Update(c))
+	_, err = f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 2)
+	c = f.stored("lab")
+	assert.Equal(t, c.Status.Turns, "a")
+	assert.Assert(t, is.Contains(meta.FindStatusCondition(c.Status.Conditions, likenv1.ConditionReady).Message, "b (Downloading"))
+	f.refresh("lab")
+
+	// c downloads: its count is written once a second has passed since.
+	f.setMachine(tu.Machine("c", tu.Phase(likenv1.MachineDownloading)))
+	_, err = f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 2)
+	f.clock.Step(ColumnsEvery)
+	_, err = f.ctrl.sync(context.Background(), "lab")
+	assert.NilError(t, err)
+	assert.Equal(t, f.updates(), 3)
+	assert.Assert(t, is.Contains(meta.FindStatusCondition(f.stored("lab").Status.Conditions, likenv1.ConditionReady).Message, "c (Downloading"))
 }

@@ -16,6 +16,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
+	"liken.sh/liken/controllers/turns"
 	"liken.sh/liken/e2e/internal/fleetsim"
 )
 
@@ -63,10 +64,14 @@ type scaleResult struct {
 	finished        int
 	machineWrites   int64
 	grantLatency    []time.Duration
-	echoLatency     []time.Duration
-	versions        int
-	overBudget      []string
-	rollWall        time.Duration
+	// paths split the grants along the operator's traces; requeues
+	// count traces with no event.
+	paths       []GrantPath
+	requeues    int
+	echoLatency []time.Duration
+	versions    int
+	overBudget  []string
+	rollWall    time.Duration
 }
 
 // ledger follows the Cluster through the rollout: it checks the budget at
@@ -126,12 +131,21 @@ func (l *ledger) observe(c *likenv1.Cluster, at time.Time) {
 	l.prev = now
 }
 
-// latencies pairs grants with the turn ends before them, oldest first:
-// from the machine's last write of its turn to the grant arriving here.
-func (l *ledger) latencies(finishedAt map[string]time.Time) []time.Duration {
+// grantPair is a grant into the place a finished turn freed.
+type grantPair struct {
+	machine     string
+	ended, seen time.Time
+}
+
+// latency is from the machine's last write of its turn to the grant
+// arriving here.
+func (p grantPair) latency() time.Duration { return p.seen.Sub(p.ended) }
+
+// pairs pairs grants with the turn ends before them, oldest first.
+func (l *ledger) pairs(finishedAt map[string]time.Time) []grantPair {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []time.Duration
+	var out []grantPair
 	next := 0
 	for _, g := range l.grants {
 		if next >= len(l.removed) || l.removed[next].version > g.version {
@@ -140,10 +154,45 @@ func (l *ledger) latencies(finishedAt map[string]time.Time) []time.Duration {
 		r := l.removed[next]
 		next++
 		if t, ok := finishedAt[r.machine]; ok {
-			out = append(out, g.at.Sub(t))
+			out = append(out, grantPair{machine: g.machine, ended: t, seen: g.at})
 		}
 	}
 	return out
+}
+
+// tracePaths reads the operator's grant traces until each paired grant
+// has one (the log may lag the watch that saw the grant; 5 s at most,
+// then the test fails naming the grants with none), and splits each
+// grant along its trace. requeues counts the traces of a requeue (no
+// event to start from).
+func tracePaths(t testing.TB, logPath string, pairs []grantPair) (paths []GrantPath, requeues int) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		traces, err := ReadGrantTraces(logPath)
+		if err != nil {
+			return poll.Error(err)
+		}
+		var untraced []string
+		paths, requeues = nil, 0
+		for _, p := range pairs {
+			tr, ok := TraceOf(traces, p.machine)
+			if !ok {
+				untraced = append(untraced, p.machine)
+				continue
+			}
+			if path, ok := PathOf(tr, p.ended, p.seen); ok {
+				paths = append(paths, path)
+			} else {
+				requeues++
+			}
+		}
+		if len(untraced) > 0 {
+			return poll.Continue("the operator logged no grant trace for %d of %d grants (%s): is it at -v %d?",
+				len(untraced), len(pairs), strings.Join(untraced, ", "), turns.TraceVerbosity)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(100*time.Millisecond))
+	return paths, requeues
 }
 
 // profileAPIServer saves a CPU profile of kube-apiserver over the next d
@@ -246,7 +295,8 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	if v := os.Getenv("LIKEN_BENCH_OPERATOR_V"); v != "" {
 		opFlags = append(opFlags, "-v", v)
 	}
-	op := fleetsim.RunOperator(t, f.CP, fleetsim.OperatorOptions{ID: "bench", Kubeconfig: kubeconfig, Flags: opFlags})
+	// At turns.TraceVerbosity each grant logs where its time went.
+	op := fleetsim.RunOperator(t, f.CP, fleetsim.OperatorOptions{ID: "bench", Kubeconfig: kubeconfig, Verbosity: turns.TraceVerbosity, Flags: opFlags})
 	apiPID, etcdPID := pidOf(t, f.CP, "kube-apiserver"), pidOf(t, f.CP, "etcd")
 
 	n := o.fleet.Machines
@@ -350,7 +400,11 @@ func runScale(t testing.TB, o scaleOptions) scaleResult {
 	must(t, echoErr)
 
 	finishedAt := f.FinishedAt()
-	r.grantLatency = l.latencies(finishedAt)
+	pairs := l.pairs(finishedAt)
+	for _, p := range pairs {
+		r.grantLatency = append(r.grantLatency, p.latency())
+	}
+	r.paths, r.requeues = tracePaths(t, op.LogPath, pairs)
 	if os.Getenv("LIKEN_BENCH_LOGS") != "" {
 		// The timeline, to set against the operator's log.
 		var tl strings.Builder
@@ -454,6 +508,7 @@ func (r scaleResult) report(t testing.TB) {
 	fmt.Fprintf(&b, "| figure | liken | baseline in the same run | ratio |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| release to next grant, p50 (%d grants) | %.0f ms | echo controller round trip p50 (%d): %.0f ms | %.1f x |\n", len(r.grantLatency), ms(p50), len(r.echoLatency), ms(e50), ms(p50)/ms(e50))
 	fmt.Fprintf(&b, "| release to next grant, p99 / max | %.0f / %.0f ms | echo p99: %.0f ms | %.1f x |\n", ms(p99), ms(pmax), ms(e99), ms(p99)/ms(e99))
+	fmt.Fprintf(&b, "| where a grant's time goes, median of each part (%d grants traced from an event, %d from a requeue) | %s | - | - |\n", len(r.paths), r.requeues, MedianPath(r.paths))
 	fmt.Fprintf(&b, "| operator RSS at rest, median / max (%d samples) | %.0f / %.0f MiB | - | - |\n", r.idleOp.Samples, MiB(r.idleOp.RSSMedian), MiB(r.idleOp.RSSMax))
 	fmt.Fprintf(&b, "| operator RSS during the rollout, max | %.0f MiB | - | - |\n", MiB(r.rollOp.RSSMax))
 	fmt.Fprintf(&b, "| operator CPU at rest (%.0f heartbeats/s) | %.3f cores, %.0f µs per heartbeat | kube-apiserver %.3f cores + etcd %.3f cores | %.2f x of the API server + etcd |\n",
