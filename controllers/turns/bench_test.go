@@ -28,11 +28,11 @@ import (
 	likeninformers "liken.sh/liken/generated/informers/externalversions"
 )
 
-// scaleFleet is a cluster in the middle of a rollout to Version2, as the
-// 5,000-machine benchmark of e2e/bench sees it: 3 leaders done, 2,000
-// workers done, 5 workers in their turn, the rest waiting; maxUnavailable
-// 6, so every decision grants one turn. Machines come in a random order,
-// as an informer index returns them.
+// scaleFleet is a cluster of n machines in the middle of a rollout to
+// Version2, as the benchmarks of e2e/bench see it: 3 leaders done, two
+// fifths of the workers done (2,000 of 5,000), 5 workers in their turn,
+// the rest waiting; maxUnavailable 6, so every decision grants one turn.
+// Machines come in a random order, as an informer index returns them.
 func scaleFleet(n int, withNodes bool) (*likenv1.Cluster, []*likenv1.Machine, []*corev1.Node) {
 	var turns []likenv1.RebootTurn
 	var machines []*likenv1.Machine
@@ -40,12 +40,13 @@ func scaleFleet(n int, withNodes bool) (*likenv1.Cluster, []*likenv1.Machine, []
 	for i := range 3 {
 		machines = append(machines, tu.Machine(fmt.Sprintf("leader-%d", i), tu.Leader, tu.FinishedOn(tu.Version2)))
 	}
+	done := (n - 3) * 2 / 5
 	for i := range n - 3 {
 		name := fmt.Sprintf("machine-%05d", i)
 		switch {
-		case i < 2000:
+		case i < done:
 			machines = append(machines, tu.Machine(name, tu.FinishedOn(tu.Version2)))
-		case i < 2005:
+		case i < done+5:
 			machines = append(machines, tu.Machine(name, tu.WantsRelease, tu.Phase(likenv1.MachineUpdating)))
 			turns = append(turns, tu.Turn(name, likenv1.TurnRelease, false, after.Add(-time.Minute)))
 		default:
@@ -66,9 +67,13 @@ func scaleFleet(n int, withNodes bool) (*likenv1.Cluster, []*likenv1.Machine, []
 	return c, machines, nodes
 }
 
-// decideAtScale is the input of one decision at 5,000 machines.
-func decideAtScale(withNodes bool) Input {
-	c, machines, nodes := scaleFleet(5000, withNodes)
+// benchSizes are the fleet sizes the benchmarks decide at: how a
+// decision's cost grows with the fleet.
+var benchSizes = []int{1000, 5000, 10000, 50000}
+
+// decideAtScale is the input of one decision at n machines.
+func decideAtScale(n int, withNodes bool) Input {
+	c, machines, nodes := scaleFleet(n, withNodes)
 	slices.SortFunc(machines, func(a, b *likenv1.Machine) int { return strings.Compare(a.Name, b.Name) })
 	byName := map[string]Node{}
 	for _, n := range nodes {
@@ -77,23 +82,25 @@ func decideAtScale(withNodes bool) Input {
 	return input(c, machines, byName)
 }
 
-// BenchmarkDecide is one decision at 5,000 machines (the pure part).
+// BenchmarkDecide is one decision (the pure part) at each of benchSizes.
 func BenchmarkDecide(b *testing.B) {
-	for _, withNodes := range []bool{false, true} {
-		b.Run(fmt.Sprintf("machines=5000/nodes=%t", withNodes), func(b *testing.B) {
-			in := decideAtScale(withNodes)
-			b.ReportAllocs()
-			for b.Loop() {
-				if d := Decide(in); len(d.Granted) != 1 {
-					b.Fatalf("granted %d turns, want 1", len(d.Granted))
+	for _, n := range benchSizes {
+		for _, withNodes := range []bool{false, true} {
+			b.Run(fmt.Sprintf("machines=%d/nodes=%t", n, withNodes), func(b *testing.B) {
+				in := decideAtScale(n, withNodes)
+				b.ReportAllocs()
+				for b.Loop() {
+					if d := Decide(in); len(d.Granted) != 1 {
+						b.Fatalf("granted %d turns, want 1", len(d.Granted))
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 	// The most windows a Cluster may declare, one of them open: what the
 	// windows add to a decision.
 	b.Run("machines=5000/nodes=false/windows=32", func(b *testing.B) {
-		in := decideAtScale(false)
+		in := decideAtScale(5000, false)
 		in.Cluster = in.Cluster.DeepCopy()
 		in.Cluster.Spec.Disruption.Windows = manyWindows()
 		b.ReportAllocs()
@@ -114,11 +121,11 @@ func (w *grantWriter) UpdateStatus(context.Context, *likenv1.Cluster, metav1.Upd
 	return nil, nil
 }
 
-// syncAtScale is a turn controller whose caches hold the 5,000-machine
-// fleet, and the stub its writes go to.
-func syncAtScale(tb testing.TB, withNodes bool) (*Controller, *grantWriter) {
+// syncAtScale is a turn controller whose caches hold a fleet of n
+// machines, and the stub its writes go to.
+func syncAtScale(tb testing.TB, n int, withNodes bool) (*Controller, *grantWriter) {
 	tb.Helper()
-	c, machines, nodes := scaleFleet(5000, withNodes)
+	c, machines, nodes := scaleFleet(n, withNodes)
 	lf := likeninformers.NewSharedInformerFactory(likenfake.NewSimpleClientset(), 0)
 	kube := kubefake.NewClientset()
 	kf := kubeinformers.NewSharedInformerFactory(kube, 0)
@@ -156,26 +163,28 @@ func syncAtScale(tb testing.TB, withNodes bool) (*Controller, *grantWriter) {
 	return ctrl, w
 }
 
-// BenchmarkSync is one sync of the turn controller at 5,000 machines,
+// BenchmarkSync is one sync of the turn controller at each of benchSizes,
 // from the informer caches to the write: read the fleet, decide, compare,
 // write (to a stub), report. Every sync grants one turn.
 func BenchmarkSync(b *testing.B) {
-	for _, withNodes := range []bool{false, true} {
-		b.Run(fmt.Sprintf("machines=5000/nodes=%t", withNodes), func(b *testing.B) {
-			ctrl, w := syncAtScale(b, withNodes)
-			ctx := klog.NewContext(context.Background(), logr.Discard())
-			b.ReportAllocs()
-			syncs := 0
-			for b.Loop() {
-				if _, err := ctrl.sync(ctx, "lab"); err != nil {
-					b.Fatal(err)
+	for _, n := range benchSizes {
+		for _, withNodes := range []bool{false, true} {
+			b.Run(fmt.Sprintf("machines=%d/nodes=%t", n, withNodes), func(b *testing.B) {
+				ctrl, w := syncAtScale(b, n, withNodes)
+				ctx := klog.NewContext(context.Background(), logr.Discard())
+				b.ReportAllocs()
+				syncs := 0
+				for b.Loop() {
+					if _, err := ctrl.sync(ctx, "lab"); err != nil {
+						b.Fatal(err)
+					}
+					syncs++
 				}
-				syncs++
-			}
-			if w.writes != syncs {
-				b.Fatalf("%d writes in %d syncs: every sync should grant", w.writes, syncs)
-			}
-		})
+				if w.writes != syncs {
+					b.Fatalf("%d writes in %d syncs: every sync should grant", w.writes, syncs)
+				}
+			})
+		}
 	}
 }
 
@@ -197,14 +206,14 @@ func TestBenchmarkSmoke(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), logr.Discard())
 	for _, withNodes := range []bool{false, true} {
 		t.Run(fmt.Sprintf("nodes=%t", withNodes), func(t *testing.T) {
-			in := decideAtScale(withNodes)
+			in := decideAtScale(5000, withNodes)
 			for range 3 {
 				assert.Equal(t, len(Decide(in).Granted), 1, "one decision at 5,000 machines")
 			}
 			in.Cluster = in.Cluster.DeepCopy()
 			in.Cluster.Spec.Disruption.Windows = manyWindows()
 			assert.Equal(t, len(Decide(in).Granted), 1, "one decision at 5,000 machines inside one of 32 windows")
-			ctrl, w := syncAtScale(t, withNodes)
+			ctrl, w := syncAtScale(t, 5000, withNodes)
 			for range 3 {
 				_, err := ctrl.sync(ctx, "lab")
 				assert.NilError(t, err)
