@@ -115,24 +115,44 @@ func joinCgroup(hs []hierarchy, rel string) error {
 
 // makeCgroup makes dir and the cgroups above it; in the cpuset hierarchy
 // each gets its parent's CPUs and memory nodes, without which no process
-// may join it.
+// may join it (ENOSPC). A cgroup that exists may still have none: the
+// machines of a lab start at once, and another one may have made a
+// common parent without having given it its CPUs yet, so each level is
+// checked, from the hierarchy's root down.
 func makeCgroup(h hierarchy, dir string) error {
-	if _, err := os.Stat(dir); err == nil {
+	cpuset := strings.Contains(h.options, "cpuset")
+	if dir == h.mountPoint || !strings.HasPrefix(dir, h.mountPoint+"/") {
+		return nil
+	}
+	_, statErr := os.Stat(dir)
+	if statErr == nil && !cpuset {
 		return nil
 	}
 	if err := makeCgroup(h, filepath.Dir(dir)); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("making the cgroup %s: %w", dir, err)
+	if statErr != nil {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("making the cgroup %s: %w", dir, err)
+		}
 	}
-	if !strings.Contains(h.options, "cpuset") {
+	if !cpuset {
 		return nil
 	}
 	for _, name := range []string{"cpuset.cpus", "cpuset.mems"} {
+		own, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if len(strings.TrimSpace(string(own))) > 0 {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(filepath.Dir(dir), name))
 		if err != nil {
 			return err
+		}
+		if len(strings.TrimSpace(string(b))) == 0 {
+			return fmt.Errorf("giving the cgroup %s its parent's %s: the parent has none", dir, name)
 		}
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return fmt.Errorf("giving the cgroup %s its parent's %s: %w", dir, name, err)
