@@ -185,15 +185,15 @@ func TestLostMachineCountsAgainstBudget(t *testing.T) {
 	})
 
 	e.machines["node-4"].Hang(t)
-	silentAt := time.Now()
-	e.waitFor("node-4 to read Lost", time.Minute, func() bool { return e.machine("node-4").Status.Phase == likenv1.MachineLost })
-	lost := time.Since(silentAt)
-	// The last renewal was at most renewEvery before silentAt.
-	assert.Assert(t, lost >= 4*time.Second, "Lost after %s", lost)
-	t.Logf("node-4 read Lost %s after its last chance to renew (flag 5s, renewals every 1s)", lost.Round(100*time.Millisecond))
+	// Hang returns once the machine stopped, some time after its last
+	// renewal: Lost is measured from that renewal.
 	l, err := e.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(e.ctx, "node-4", metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.Equal(t, *l.Spec.HolderIdentity, "node-4", "the heartbeat is the Node Lease the machine renewed itself")
+	e.waitFor("node-4 to read Lost", time.Minute, func() bool { return e.machine("node-4").Status.Phase == likenv1.MachineLost })
+	lost := time.Since(l.Spec.RenewTime.Time)
+	assert.Assert(t, lost >= 5*time.Second, "Lost %s after its last renewal, with --machine-lost-after=5s", lost)
+	t.Logf("node-4 read Lost %s after its last renewal (flag 5s, renewals every 1s)", lost.Round(100*time.Millisecond))
 	for _, name := range []string{"node-1", "node-2", "node-3"} {
 		assert.Assert(t, e.machine(name).Status.Phase != likenv1.MachineLost, "%s renews its Node Lease and reads %s", name, e.machine(name).Status.Phase)
 	}
