@@ -78,7 +78,7 @@ The command exits 0 when the rollout is complete, and non-zero when
 cluster-operator halts it (RolloutStalled: a machine did not come back from
 its turn; TrialFailed: a machine could not prove the release;
 K3sRestartFailed: a machine's node did not come back after k3s restarted
-with a new settings.k3sArgs or registryMirrors value) or when
+with a new settings.k3sArgs value) or when
 --timeout passes. CLUSTER may be left out when there is only one Cluster.`,
 		Example: `  # Follow the rollout of mycluster
   liken rollout status mycluster
@@ -129,9 +129,8 @@ the canary as passed: the other machines follow without a new canary. To
 stop the release instead, set spec.version back.
 
 K3sRestartFailed: a machine's node was not Ready again within the trial
-timeout after k3s restarted with a new value of settings.k3sArgs or
-settings.registryMirrors, and the machine restarted k3s with the value it
-ran before. Resuming lets machines try the same value again, that one
+timeout after k3s restarted with a new value of settings.k3sArgs, and the
+machine restarted k3s with the value it ran before. Resuming lets machines try the same value again, that one
 included; if another restart fails, the rollout halts again. To stop the
 value instead, correct it (that also lifts the halt).`,
 		Example: `  # Resume the rollout of mycluster
@@ -180,7 +179,7 @@ func (e *HaltedError) Error() string {
 	case v1alpha1.ReasonTrialFailed:
 		next = fmt.Sprintf("find why %s failed its trial (kubectl describe machine %s); set spec.version back, or after a fix run liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
 	case v1alpha1.ReasonK3sRestartFailed:
-		next = fmt.Sprintf("find why the node of %s was not Ready after k3s restarted (kubectl describe machine %s, and the kubelet's log on it); correct settings.k3sArgs or settings.registryMirrors, or after a fix run liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
+		next = fmt.Sprintf("find why the node of %s was not Ready after k3s restarted (kubectl describe machine %s, and the kubelet's log on it); correct settings.k3sArgs, or after a fix run liken rollout resume %s", e.Machine, e.Machine, e.Cluster)
 	default:
 		next = "kubectl describe cluster " + e.Cluster
 	}

@@ -164,7 +164,7 @@ func TestExplain(t *testing.T) {
 		{"cluster.spec.disruption.stallTimeout", "RolloutStalled"},
 		{"cluster.spec.disruption.settle", "PodDisruptionBudget"},
 		{"cluster.spec.disruption.trialTimeout", "proven slot"},
-		{"cluster.spec.settings.registryMirrors", "Disruption class: RestartK3s"},
+		{"cluster.spec.settings.registryMirrors", "Disruption class: Live"},
 		{"cluster.status.conditions", "Progressing"},
 		{"machine.spec", "what the operator declares"},
 		{"machine.spec.rebootPolicy", "Disruption class: Live"},

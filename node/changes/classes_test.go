@@ -59,7 +59,7 @@ func TestClassOfEveryField(t *testing.T) {
 		{FieldCABundle, likenv1.ClassLive, func(c *Config) { c.Settings.CABundle = "-----BEGIN CERTIFICATE-----" }},
 		{FieldNTPServers, likenv1.ClassLive, func(c *Config) { c.Settings.NTPServers = append(c.Settings.NTPServers, "pool.ntp.org") }},
 		{FieldSysctls, likenv1.ClassLive, func(c *Config) { c.Settings.Sysctls["net.core.somaxconn"] = "4096" }},
-		{FieldRegistryMirrors, likenv1.ClassRestartK3s, func(c *Config) { c.Settings.RegistryMirrors = nil }},
+		{FieldRegistryMirrors, likenv1.ClassLive, func(c *Config) { c.Settings.RegistryMirrors = nil }},
 		{FieldK3sArgs, likenv1.ClassRestartK3s, func(c *Config) { c.Settings.K3sArgs = []string{"--kubelet-arg=max-pods=300"} }},
 		{FieldKernelArgs, likenv1.ClassReboot, func(c *Config) { c.Settings.KernelArgs = append(c.Settings.KernelArgs, "quiet") }},
 		{FieldBanner, likenv1.ClassNextBoot, func(c *Config) { c.Settings.Banner = "bye" }},

@@ -158,23 +158,28 @@ func (o *OS) write(rel string, data []byte, mode os.FileMode) error {
 
 // ApplyLive writes the sysctls to /proc/sys, the NTP servers to a
 // systemd-timesyncd drop-in (restarting timesyncd when they changed), the
-// name servers to a systemd-resolved drop-in (restarting resolved) and the
-// CA bundle to CABundleFile, which the registry mirrors' hosts.toml then
-// name (containerd reads them at every pull).
+// name servers to a systemd-resolved drop-in (restarting resolved), and
+// the CA bundle and the registry mirrors' hosts.toml (trust), which
+// containerd reads at every pull: no restart.
 func (o *OS) ApplyLive(ctx context.Context, cfg Config, changed []Change) error {
 	if err := o.sysctls(cfg.Settings.Sysctls); err != nil {
 		return err
 	}
+	trusted := false
 	for _, c := range changed {
 		switch c.Field {
 		case FieldDNSServers:
 			if _, err := o.dns(ctx, cfg.Settings.DNSServers); err != nil {
 				return err
 			}
-		case FieldCABundle:
+		case FieldCABundle, FieldRegistryMirrors:
+			if trusted {
+				continue
+			}
 			if err := o.trust(cfg.Settings); err != nil {
 				return err
 			}
+			trusted = true
 		}
 		if c.Field == FieldNTPServers {
 			if err := o.ntp(cfg.Settings.NTPServers); err != nil {

@@ -84,9 +84,10 @@ func TestOSApplier(t *testing.T) {
 }
 
 // TestOSResolverAndTrust: the Cluster's name servers reach the machine's
-// resolver, which restarts only when they changed; its CA bundle reaches
-// the machine's trusted certificates and its https registry mirrors; a bad
-// value changes nothing.
+// resolver, which restarts only when they changed; its registry mirrors
+// reach containerd's hosts.toml with no restart, and its CA bundle the
+// machine's trusted certificates and its https mirrors; a bad value
+// changes nothing.
 func TestOSResolverAndTrust(t *testing.T) {
 	var log cmdLog
 	o := &OS{Root: t.TempDir(), Run: log.run, stat: blockDeviceStat}
@@ -130,8 +131,11 @@ func TestOSResolverAndTrust(t *testing.T) {
 	mirrors := filepath.Join(AgentRegistriesDir, "docker.io", "hosts.toml")
 	const https = "\n[host.\"https://mirror.example.com\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
 	const plain = "\n[host.\"http://plain.example.com:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-	assert.NilError(t, o.RestartK3s(ctx, cfg, nil))
+	// Mirrors are Live: written, and nothing restarted.
+	log.cmds = nil
+	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldRegistryMirrors}}))
 	assert.Check(t, is.Equal(read(mirrors), "# Written by liken-node from the Cluster's settings.registryMirrors.\n"+https+plain))
+	assert.Check(t, is.Len(log.cmds, 0), "a new mirror restarted something: %v", log.cmds)
 	cfg.Settings.CABundle = string(ca.CertPEM())
 	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldCABundle}}))
 	assert.Check(t, is.Equal(read(CABundleFile), string(ca.CertPEM())))
@@ -145,6 +149,9 @@ func TestOSResolverAndTrust(t *testing.T) {
 	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldCABundle}}))
 	assert.Check(t, is.Equal(read(CABundleFile), "<none>"))
 	assert.Check(t, is.Equal(read(mirrors), "# Written by liken-node from the Cluster's settings.registryMirrors.\n"+https+plain), "no mirror names a bundle that is gone")
+	cfg.Settings.RegistryMirrors = nil
+	assert.NilError(t, o.ApplyLive(ctx, cfg, []Change{{Field: FieldRegistryMirrors}}))
+	assert.Check(t, is.Equal(read(mirrors), "<none>"), "a mirror taken out of the Cluster is no longer used")
 }
 
 // fakeNAT is the nat tables of iptables and ip6tables, as far as the

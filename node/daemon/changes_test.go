@@ -49,7 +49,7 @@ var classCases = []classCase{
 	{field: changes.FieldCABundle, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.CABundle = testCA }},
 	{field: changes.FieldNTPServers, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.NTPServers = []string{"ntp.example.com"} }},
 	{field: changes.FieldSysctls, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.Sysctls["net.core.somaxconn"] = "4096" }},
-	{field: changes.FieldRegistryMirrors, class: likenv1.ClassRestartK3s, cluster: func(c *likenv1.Cluster) {
+	{field: changes.FieldRegistryMirrors, class: likenv1.ClassLive, cluster: func(c *likenv1.Cluster) {
 		c.Spec.Settings.RegistryMirrors = []likenv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"https://mirror.example.com"}}}
 	}},
 	{field: changes.FieldK3sArgs, class: likenv1.ClassRestartK3s, cluster: func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = []string{"--kubelet-arg=max-pods=200"} }},

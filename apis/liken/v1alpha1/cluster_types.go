@@ -140,7 +140,8 @@ type SharedSettings struct {
 	// +optional
 	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// RegistryMirrors redirect image pulls for a registry to mirrors, tried
-	// in order before the registry itself. Disruption class: RestartK3s.
+	// in order before the registry itself; containerd reads them at every
+	// pull, so a change needs no restart. Disruption class: Live.
 	// +optional
 	// +listType=map
 	// +listMapKey=registry
