@@ -15,7 +15,8 @@
 #
 # kubectl and the control plane are built from the pinned sources in
 # hack/kube (make build); Go modules come from the module proxy; the QEMU
-# tests fetch QEMU, its firmware, GRUB and a kernel with apt-get download.
+# tests fetch QEMU, its firmware, GRUB and a kernel, and e2e/lab a
+# Prometheus server, with apt-get download.
 # Safe to run again: it installs nothing that is there.
 set -o errexit -o nounset -o pipefail
 

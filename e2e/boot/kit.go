@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"liken.sh/liken/image/initramfs"
+	"liken.sh/liken/internal/debpkg"
 	"liken.sh/liken/internal/qemu"
 	"liken.sh/liken/internal/srctree"
 	"liken.sh/liken/node/boot/diskimage"
@@ -102,7 +103,7 @@ func Prepare(logf func(string, ...any)) (*Kit, error) {
 // already holds exactly this set.
 func (k *Kit) fetch(logf func(string, ...any)) error {
 	kernelPkg, err := resolveKernelPackage()
-	if err != nil && qemu.AptUpdate(logf) {
+	if err != nil && debpkg.AptUpdate(logf) {
 		kernelPkg, err = resolveKernelPackage()
 	}
 	root := filepath.Join(k.Dir, "root")

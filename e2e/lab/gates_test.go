@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,38 +16,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/e2e/internal/prometheus"
 )
 
-// alertsServer answers Prometheus's /api/v1/alerts, in its format, with one
-// firing alert KubeNodeNotReady while firing is set. (A Prometheus server
-// is not built for make test; see docs/design/protocol.md, gates.)
-func alertsServer(t *testing.T, firing *atomic.Bool) *httptest.Server {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/v1/alerts" {
-			http.NotFound(w, r)
-			return
-		}
-		alerts := `[]`
-		if firing.Load() {
-			alerts = `[{"labels":{"alertname":"KubeNodeNotReady","node":"elsewhere"},"annotations":{},"state":"firing","activeAt":"2026-12-01T00:00:00Z","value":"1e+00"}]`
-		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"status":"success","data":{"alerts":%s}}`, alerts)
-	}))
-	t.Cleanup(ts.Close)
-	return ts
-}
-
 // Each gate holds the rollout and lets it go, on the real API server and
-// cluster-operator: a person's hold (liken rollout hold), a Prometheus
-// alert, and a pod that keeps its machine out of its turn; then the canary
+// cluster-operator: a person's hold (liken rollout hold), an alert of a
+// real Prometheus server (Debian's package), and a pod that keeps its machine out of its turn; then the canary
 // of a release halts the rollout when it turns unhealthy during its time.
 func TestGatesAndCanaryHoldTheRollout(t *testing.T) {
 	l := startLab(t, "e2e-gates", labOptions{policy: "Auto"})
 	ctx := context.Background()
-	var firing atomic.Bool
-	firing.Store(true)
-	prom := alertsServer(t, &firing)
+	prom := prometheus.Start(t, "KubeNodeNotReady", "Watchdog")
 	gates, err := json.Marshal(map[string]any{"spec": map[string]any{"disruption": map[string]any{"gates": []any{
 		map[string]any{"prometheus": map[string]any{"url": prom.URL, "alerts": "Kube.*", "timeout": "2s"}},
 		map[string]any{"blockingPods": map[string]any{"selector": map[string]any{"matchLabels": map[string]string{"example.com/no-reboot": "true"}}}},
@@ -98,7 +74,7 @@ func TestGatesAndCanaryHoldTheRollout(t *testing.T) {
 	l.w.settle(t)
 	assert.Check(t, is.Len(l.w.grants(from), 0), "turns granted while a gate was shut")
 
-	firing.Store(false)
+	prom.Fire("Watchdog") // an alert the gate's pattern leaves out
 	opened := time.Now()
 	l.waitFor("node-5 to get its turn while the pod keeps node-4 out", time.Minute, func() (bool, string) {
 		c := l.cluster()

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"liken.sh/liken/internal/debpkg"
 )
 
 // Packages are the Debian packages unpacked: QEMU and SeaBIOS to run a
@@ -40,73 +42,19 @@ const AccelEnv = "LIKEN_QEMU_ACCEL"
 
 // Fetch downloads Packages and extra with apt-get download into dir/debs
 // and unpacks them into dir/root, unless dir/root already holds exactly
-// this set. logf receives progress lines.
+// this set (debpkg.Unpack). logf receives progress lines.
 func Fetch(dir string, extra []string, logf func(string, ...any)) (*Tools, error) {
-	t := &Tools{Root: filepath.Join(dir, "root"), Accel: os.Getenv(AccelEnv)}
+	t := &Tools{Accel: os.Getenv(AccelEnv)}
 	if t.Accel != "" && t.Accel != "tcg" && t.Accel != "kvm" {
 		return nil, fmt.Errorf("%s=%q: give tcg (software emulation, the default) or kvm", AccelEnv, t.Accel)
 	}
-	debs := filepath.Join(dir, "debs")
-	if err := os.MkdirAll(debs, 0o755); err != nil {
-		return nil, err
-	}
-	want := append(append([]string(nil), Packages...), extra...)
-	stamp := filepath.Join(t.Root, ".liken-packages")
-	if have, _ := os.ReadFile(stamp); string(have) == strings.Join(want, "\n")+"\n" {
-		return t, nil
-	}
-	logf("fetching Debian packages into %s: %s", debs, strings.Join(want, " "))
-	// apt-get download writes into the working folder; remove older
-	// versions of the same packages first so each name maps to one file.
-	old, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
-	for _, f := range old {
-		os.Remove(f)
-	}
-	download := func() ([]byte, error) {
-		cmd := exec.Command("apt-get", append([]string{"download", "-q"}, want...)...)
-		cmd.Dir = debs
-		return cmd.CombinedOutput()
-	}
-	out, err := download()
-	if err != nil && AptUpdate(logf) {
-		out, err = download()
-	}
+	root, err := debpkg.Unpack(dir, append(slices.Clone(Packages), extra...), logf)
 	if err != nil {
-		return nil, fmt.Errorf("apt-get download failed (%v); QEMU and GRUB come from Debian's packages: run 'apt-get update' (hack/install-deps.sh does) and retry:\n%s", err, out)
+		return nil, fmt.Errorf("QEMU and GRUB come from Debian's packages: %w", err)
 	}
-	if err := os.RemoveAll(t.Root); err != nil {
-		return nil, err
-	}
-	files, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
-	if len(files) < len(want) {
-		return nil, fmt.Errorf("apt-get download left %d packages in %s, want %d", len(files), debs, len(want))
-	}
-	logf("unpacking %d packages into %s", len(files), t.Root)
-	for _, f := range files {
-		if out, err := exec.Command("dpkg", "-x", f, t.Root).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("dpkg -x %s: %v\n%s", f, err, out)
-		}
-	}
-	return t, os.WriteFile(stamp, []byte(strings.Join(want, "\n")+"\n"), 0o644)
+	t.Root = root
+	return t, nil
 }
-
-// AptUpdate refreshes Debian's package lists when this process may (as
-// root), once; it reports whether it did.
-func AptUpdate(logf func(string, ...any)) bool {
-	if os.Geteuid() != 0 || aptUpdated {
-		return false
-	}
-	aptUpdated = true
-	logf("refreshing Debian's package lists (apt-get update)")
-	out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput()
-	if err != nil {
-		logf("apt-get update failed: %v\n%s", err, out)
-		return false
-	}
-	return true
-}
-
-var aptUpdated bool
 
 // Tool returns the path of an unpacked program.
 func (t *Tools) Tool(name string) string {
