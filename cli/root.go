@@ -19,6 +19,7 @@ import (
 	"liken.sh/liken/cli/kube"
 	"liken.sh/liken/cli/lab"
 	"liken.sh/liken/cli/layer"
+	"liken.sh/liken/cli/logs"
 	"liken.sh/liken/cli/reboot"
 	"liken.sh/liken/cli/release"
 	"liken.sh/liken/cli/rollout"
@@ -81,6 +82,7 @@ follows rollouts.`,
 		reboot.NewApproveCommand(flags),
 		reboot.NewRequestCommand(flags),
 		rollout.NewCommand(flags),
+		logs.NewCommand(flags),
 	)
 	add(groupInstall,
 		install.NewCommand(),

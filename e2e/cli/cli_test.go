@@ -57,6 +57,27 @@ func TestCLI(t *testing.T) {
 	t.Run("rollout status halted", e.testRolloutHalted)
 	t.Run("rollout resume", e.testResume)
 	t.Run("layer validation matches the API server", e.testValidationParity)
+	t.Run("logs refused", e.testLogsRefused)
+}
+
+// testLogsRefused: liken logs goes through the API server's node proxy, so
+// the cluster's RBAC decides who reads a machine's journal; a refusal
+// names the permission, and a machine with no Node says so.
+func (e *env) testLogsRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, r := range []struct {
+		args []string
+		want string
+	}{
+		// A machine's own identity may not read another machine's logs.
+		{[]string{"--kubeconfig", e.cp.MachineKubeconfig("a-2"), "logs", "a-1"}, "reading the logs of machine a-1 needs the permission to get nodes/proxy on its Node, which the API server refused"},
+		{[]string{"logs", "zz"}, "machine zz has no Node: it has not joined the cluster, or the name is wrong"},
+		{[]string{"logs", "a-1", "--boot", "1"}, "--boot 1: give 0 for this boot, -1 for the one before it"},
+	} {
+		code, out, stderr := e.liken(ctx, r.args...)
+		assert.Equal(t, code, 1, "liken %s: %s", strings.Join(r.args, " "), out)
+		assert.Check(t, is.Contains(stderr, r.want))
+	}
 }
 
 // liken runs the liken command in-process as the admin (or with the

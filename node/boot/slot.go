@@ -149,10 +149,12 @@ func splitCmdline(s string) []string {
 
 // Persistent are the folders of a booted root kept on the slot store
 // (mounted at /var/lib/liken), so that they survive a reboot: the node
-// agent's state and identity, and a leader's etcd member. The key is the
-// folder in the root, the value its place in the slot store.
+// agent's state and identity, a leader's etcd member, and the journal
+// (liken logs reads earlier boots). The key is the folder in the root, the
+// value its place in the slot store.
 var Persistent = map[string]string{
 	"/var/lib/kubelet":    "machine/kubelet",
 	"/var/lib/containerd": "machine/containerd",
 	"/var/lib/etcd":       "machine/etcd",
+	"/var/log/journal":    "machine/journal",
 }

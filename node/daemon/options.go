@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"liken.sh/liken/generated/clientset/versioned"
@@ -107,11 +109,17 @@ type Rebooter interface {
 var ErrRebooted = errors.New("the machine reboots")
 
 // SystemRebooter reboots the machine with the reboot system call after
-// flushing the file systems.
+// flushing the journal and the file systems.
 type SystemRebooter struct{}
 
-// Reboot syncs and reboots.
-func (SystemRebooter) Reboot(context.Context) error {
+// Reboot has journald write what it holds (so that liken logs --boot -1
+// reads the turn's last lines), syncs and reboots.
+func (SystemRebooter) Reboot(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if out, err := exec.CommandContext(ctx, "journalctl", "--sync").CombinedOutput(); err != nil {
+		klog.FromContext(ctx).Info("The journal could not be flushed before the reboot; its last lines may be lost", "err", err, "output", string(out))
+	}
+	cancel()
 	syscall.Sync()
 	if err := syscall.Reboot(syscall.LINUX_REBOOT_CMD_RESTART); err != nil {
 		return fmt.Errorf("reboot system call: %w", err)
