@@ -565,7 +565,8 @@ func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *contro
 }
 
 // writeLeaderDir writes a leader's LeaderDir: the control plane's
-// configuration, the workers' join tokens and every file of the identity,
+// configuration, the workers' join tokens, the layer's documents and every
+// file of the identity,
 // folders 0700 and files 0600, as liken-node's control plane setup and
 // init read them.
 func writeLeaderDir(dir string, lay *layer.Layer, cfg controlplane.Config) error {
@@ -578,7 +579,17 @@ func writeLeaderDir(dir string, lay *layer.Layer, cfg controlplane.Config) error
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{controlplane.ConfigFile: b, controlplane.JoinTokensFile: tokens}
+	// The layer's documents, which the first leader's control-plane init
+	// creates: the Cluster, then the Machines.
+	var docs bytes.Buffer
+	for _, d := range append([]*layer.Document{lay.Cluster}, lay.Machines...) {
+		docs.WriteString("---\n")
+		docs.Write(d.YAML)
+		if !bytes.HasSuffix(d.YAML, []byte("\n")) {
+			docs.WriteString("\n")
+		}
+	}
+	files := map[string][]byte{controlplane.ConfigFile: b, controlplane.JoinTokensFile: tokens, controlplane.DocumentsFile: docs.Bytes()}
 	for _, name := range layer.IdentityFiles() {
 		b, ok := id.Files[name]
 		if !ok {

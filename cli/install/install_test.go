@@ -339,6 +339,15 @@ func checkLeaderDir(t *testing.T, disk string, p diskimage.Partition, l *layer.L
 	tokens, err := controlplane.LoadJoinTokens(filepath.Join(local, controlplane.JoinTokensFile))
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(tokens.Tokens, l.Tokens))
+	// The layer's documents, which the first leader's init creates.
+	read(controlplane.DocumentsFile)
+	docs, err := controlplane.ReadDocuments(filepath.Join(local, controlplane.DocumentsFile))
+	assert.NilError(t, err)
+	var names []string
+	for _, d := range docs {
+		names = append(names, d.GetKind()+" "+d.GetName())
+	}
+	assert.Check(t, is.DeepEqual(names, []string{"Cluster " + l.Cluster.Name, "Machine node-1", "Machine node-2"}))
 }
 
 // TestInstallRefuses: what liken install refuses, and that it writes

@@ -128,7 +128,7 @@ func upContainers(ctx context.Context, o upOptions, dir string, bins binaries, g
 	step("API endpoint at %s and, for the machines, %s, forwarding to the leaders' API servers at %s", st.Endpoint, endpoint, strings.Join(backends, ", "))
 
 	source := fmt.Sprintf("https://%s:%d", ChannelName, srv.channel)
-	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(st.ServersAddress())))
+	_, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(st.ServersAddress())))
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func upContainers(ctx context.Context, o upOptions, dir string, bins binaries, g
 	}
 	step("%d machines powered on, each in its own namespaces", o.machines)
 
-	return finishUp(ctx, st, o, id, version, docsFile, graceArgs, deadline, step, out, log)
+	return finishUp(ctx, st, o, id, version, graceArgs, deadline, step, out, log)
 }
 
 // startNSMachine powers a namespace lab machine on: its firmware process

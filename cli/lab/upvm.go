@@ -127,7 +127,7 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	// the endpoint and the channel through QEMU's address of this computer.
 	endpoint := fmt.Sprintf("%s:%d", qemu.HostAddress, epPort)
 	source := fmt.Sprintf("https://%s:%d", ChannelName, srv.channel)
-	docsFile, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(st.ServersAddress())))
+	_, layerFile, _, err := packLayer(dir, id, fleetDocuments(o, endpoint, source, version, digest, reach, srv.settings(st.ServersAddress())))
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func upVM(ctx context.Context, o upOptions, dir string, bins binaries, graceArgs
 	}
 	step("%d virtual machines powered on; each leader has %d CPUs and %d MiB", o.machines, LeaderHardware().CPUs, LeaderHardware().MemoryMiB)
 
-	return finishUp(ctx, st, o, id, version, docsFile, graceArgs, deadline, step, out, log)
+	return finishUp(ctx, st, o, id, version, graceArgs, deadline, step, out, log)
 }
 
 // labServers are the ports of a real-image lab's servers, which the
@@ -198,17 +198,18 @@ func startServers(ctx context.Context, st *State, bins binaries) (srv labServers
 }
 
 // finishUp brings a real-image lab's fleet up once its machines are
-// powered on: it waits for the leaders' API, applies liken's manifests and
-// the fleet's documents, and waits for the Cluster to read Ready.
-func finishUp(ctx context.Context, st *State, o upOptions, id *layer.Identity, version, docsFile string, graceArgs []string, deadline time.Time, step func(string, ...any), out, log io.Writer) error {
+// powered on: it waits for the leaders' API and for what the first
+// leader creates from its layer (adoptFleet), and waits for the Cluster to
+// read Ready.
+func finishUp(ctx context.Context, st *State, o upOptions, id *layer.Identity, version string, graceArgs []string, deadline time.Time, step func(string, ...any), out, log io.Writer) error {
 	if err := waitAPIReady(ctx, st, id.Files["server-ca.crt"], deadline, step); err != nil {
 		return err
 	}
 	step("the leaders' API is ready at %s", st.Endpoint)
-	if err := applyFleet(ctx, st, o, docsFile, graceArgs, deadline); err != nil {
+	if err := adoptFleet(ctx, st, o, graceArgs, deadline); err != nil {
 		return err
 	}
-	step("liken manifests applied (cluster-operator as a Deployment of %d on the fleet), Cluster %s and %d Machines created", o.operators, o.name, o.machines)
+	step("the first leader created liken's resources, Cluster %s and its %d Machines from its layer (cluster-operator as a Deployment of %d on the fleet)", o.name, o.machines, o.operators)
 	if len(graceArgs) > 0 {
 		step("cluster-operator runs with %s (from %s)", graceArgs[0], startupGraceEnv)
 	}
@@ -319,15 +320,13 @@ func exitedProcess(st *State) error {
 	return nil
 }
 
-// applyFleet applies liken's manifests, cluster-operator's Deployment
-// included (scaled to --operators, with the startup grace of
-// $LIKEN_LAB_STARTUP_GRACE), then the fleet's documents once the CRDs are
-// served.
-func applyFleet(ctx context.Context, st *State, o upOptions, docsFile string, graceArgs []string, deadline time.Time) error {
-	mdir, err := writeManifests(st.Dir)
-	if err != nil {
-		return err
-	}
+// adoptFleet readies what the first leader's control-plane init created
+// from its layer (liken's manifests, cluster-operator's Deployment, the
+// Cluster and the Machines: nothing is applied by hand, as on a fleet
+// installed from its layers): it waits for liken's CRDs, then scales
+// cluster-operator to --operators and gives it the startup grace of
+// $LIKEN_LAB_STARTUP_GRACE.
+func adoptFleet(ctx context.Context, st *State, o upOptions, graceArgs []string, deadline time.Time) error {
 	kubectl := func(args ...string) error {
 		_, err := controlplane.Kubectl(ctx, st.Kubeconfig, args...)
 		return err
@@ -339,17 +338,17 @@ func applyFleet(ctx context.Context, st *State, o upOptions, docsFile string, gr
 				return nil
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: %w", what, err)
+				return fmt.Errorf("%s (the first leader's liken-control-plane-init creates it from the layer; its log: liken logs %s -u liken-control-plane-init): %w", what, machineNames(1)[0], err)
 			}
 			if err := sleep(ctx, 2*time.Second); err != nil {
 				return err
 			}
 		}
 	}
-	if err := retry("applying liken's manifests", "apply", "--server-side", "-f", mdir); err != nil {
+	if err := retry("waiting for liken's CRDs", "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh"); err != nil {
 		return err
 	}
-	if err := retry("waiting for liken's CRDs", "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusters.liken.sh", "crd/machines.liken.sh"); err != nil {
+	if err := retry("waiting for Cluster "+o.name, "get", "cluster", o.name); err != nil {
 		return err
 	}
 	deploy := []string{"-n", "liken-system", "deployment/cluster-operator"}
@@ -362,7 +361,7 @@ func applyFleet(ctx context.Context, st *State, o upOptions, docsFile string, gr
 			return err
 		}
 	}
-	return retry("applying the fleet's documents", "apply", "-f", docsFile)
+	return nil
 }
 
 // channelCertificate makes the lab's channel CA and the channel's

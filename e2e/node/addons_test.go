@@ -2,16 +2,24 @@ package node
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/cli/lab/controlplane"
 	"liken.sh/liken/cli/lab/controlplane/controlplanetest"
+	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/manifests"
 	nodecp "liken.sh/liken/node/controlplane"
 )
@@ -49,4 +57,70 @@ func TestAddonsAtEveryLeaderBoot(t *testing.T) {
 	dep, err = kube.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(*dep.Spec.Replicas, three))
+}
+
+// TestLayerDocumentsAtEveryLeaderBoot runs a leader's creation of liken's
+// resources and the layer's documents against the real API server: the
+// first boot's creates the CRDs, cluster-operator and the Cluster and
+// Machines (once the CRDs are served), so a fleet installed from its
+// layers needs no kubectl apply; a later boot's leaves what a person
+// changed since.
+func TestLayerDocumentsAtEveryLeaderBoot(t *testing.T) {
+	cp := controlplanetest.Start(t, controlplane.Options{})
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+	liken, err := versioned.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	assert.NilError(t, err)
+	resources, err := manifests.Resources()
+	assert.NilError(t, err)
+	docs := filepath.Join(t.TempDir(), nodecp.DocumentsFile)
+	var b []byte
+	for _, f := range []string{"examples/cluster.yaml", "examples/machines.yaml"} {
+		y, err := manifests.FS.ReadFile(f)
+		assert.NilError(t, err)
+		b = append(append(b, "---\n"...), y...)
+	}
+	assert.NilError(t, os.WriteFile(docs, b, 0o600))
+	layerDocs, err := nodecp.ReadDocuments(docs)
+	assert.NilError(t, err)
+	objs := append(resources, layerDocs...)
+
+	// As Init does: again until the CRDs are served.
+	ensure := func(what string) {
+		t.Helper()
+		var last error
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if last = nodecp.EnsureResources(ctx, dyn, objs); last != nil {
+				return poll.Continue("%v", last)
+			}
+			return poll.Success()
+		}, poll.WithTimeout(time.Minute), poll.WithDelay(200*time.Millisecond))
+		t.Logf("%s: done", what)
+	}
+	ensure("the first leader's first boot")
+	c, err := liken.LikenV1alpha1().Clusters().Get(ctx, "mycluster", metav1.GetOptions{})
+	assert.NilError(t, err)
+	ms, err := liken.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, len(ms.Items) > 0 && len(ms.Items) == len(layerDocs)-1, "%d Machines for %d documents", len(ms.Items), len(layerDocs))
+	_, err = kube.AppsV1().Deployments("liken-system").Get(ctx, "cluster-operator", metav1.GetOptions{})
+	assert.NilError(t, err)
+
+	// A person changes the Cluster; the next boot's run leaves it so.
+	seven := intstr.FromInt32(7)
+	c.Spec.Disruption.MaxUnavailable = &seven
+	_, err = liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	ensure("a leader's next boot")
+	c, err = liken.LikenV1alpha1().Clusters().Get(ctx, "mycluster", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(c.Spec.Disruption.MaxUnavailable, &seven))
+	assert.Check(t, is.Equal(c.ManagedFields[0].Manager, nodecp.InitFieldManager))
+
+	// A document of a kind liken does not create is refused, naming it.
+	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "x", "namespace": "default"}}}
+	assert.ErrorContains(t, nodecp.EnsureResources(ctx, dyn, []*unstructured.Unstructured{secret}), "Secret x: liken's control-plane init creates no Secret")
 }

@@ -14,8 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -180,6 +182,12 @@ type InitOptions struct {
 	// Addons are the cluster's add-ons (manifests.DNSObjects): each one
 	// that does not exist is created; one that exists is left as it is.
 	Addons []runtime.Object
+	// Resources are liken's own resources (manifests.Resources) and the
+	// layer's Cluster and Machines (ReadDocuments), created through
+	// Dynamic when they do not exist (EnsureResources). None when empty.
+	Resources []*unstructured.Unstructured
+	// Dynamic is the local API server as InitUser, for Resources.
+	Dynamic dynamic.Interface
 	// Timeout bounds Init (DefaultInitTimeout when zero).
 	Timeout time.Duration
 	// Interval is how long Init waits before it tries again (RetryInterval
@@ -193,7 +201,9 @@ type InitOptions struct {
 // this machine's etcd member if it is a learner, then creates the join
 // tokens' Secrets it never created (EnsureJoinTokens), JoinBindings and
 // LeaderBindings, deletes RetiredBindings, creates the Addons that do not
-// exist, and last labels this leader's Node (MarkLeaderNode). The promotion comes first: the API server reaches only
+// exist, labels this leader's Node (MarkLeaderNode), and last creates the
+// Resources that do not exist (liken's manifests and the layer's
+// documents). The promotion comes first: the API server reaches only
 // its own member, and a learner serves it nothing, so the API is not ready
 // before. Each step is tried again every Interval until it succeeds (etcd
 // refuses a promotion while the learner lags; the API answers once its
@@ -250,7 +260,16 @@ func Init(ctx context.Context, o InitOptions) error {
 	if err := r.do(ctx, "creating the cluster's add-ons", func() error { return EnsureObjects(ctx, o.Kube, o.Addons) }); err != nil {
 		return err
 	}
-	return r.do(ctx, "marking this leader's Node", func() error { return MarkLeaderNode(ctx, o.Kube, o.Name) })
+	if err := r.do(ctx, "marking this leader's Node", func() error { return MarkLeaderNode(ctx, o.Kube, o.Name) }); err != nil {
+		return err
+	}
+	if len(o.Resources) == 0 {
+		return nil
+	}
+	if o.Dynamic == nil {
+		return errors.New("control plane init: creating liken's resources needs the dynamic client")
+	}
+	return r.do(ctx, "creating liken's resources and the layer's Cluster and Machines", func() error { return EnsureResources(ctx, o.Dynamic, o.Resources) })
 }
 
 // MarkLeaderNode gives the leader's Node likenv1.LeaderNodeLabel, which

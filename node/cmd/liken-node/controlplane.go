@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"liken.sh/liken/internal/command"
@@ -299,12 +300,26 @@ func (f *controlPlaneFlags) init(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	resources, err := manifests.Resources()
+	if err != nil {
+		return err
+	}
+	docs, err := controlplane.ReadDocuments(filepath.Join(f.leaderDir, controlplane.DocumentsFile))
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
 	shared := ""
 	if cfg.SharedJoinToken {
 		shared = filepath.Join(f.leaderDir, controlplane.IdentityDir, controlplane.TokenFile)
 	}
 	return controlplane.Init(cmd.Context(), controlplane.InitOptions{
 		Addons:          addons,
+		Resources:       append(resources, docs...),
+		Dynamic:         dyn,
 		Kube:            kube,
 		SharedTokenFile: shared,
 		JoinTokens:      tokens.Tokens,
