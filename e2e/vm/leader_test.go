@@ -52,7 +52,7 @@ kind: Machine
 metadata: {name: vm-1}
 spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 `, r1.Version, l.source, r1.Version, r1.Digest)
-	fleetFile, layerFile := l.selfHostedLayer(docs)
+	layerFile := l.selfHostedLayer(docs)
 
 	m := &vm{l: l, name: "vm-1", disk: filepath.Join(l.dir, "vm-1.img")}
 	_, err := install.Install(ctx, install.Options{
@@ -103,7 +103,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 
 	powerOn()
 	t.Logf("vm-1: its API server ready %s after power on", apiReady().Round(time.Second))
-	a.apply(t, l, fleetFile)
+	a.adopt(t, l, "vm", 1)
 
 	// The join token's Secret was made by liken-control-plane-init, so the
 	// leader's kubelet joins its own API server through TLS bootstrap.

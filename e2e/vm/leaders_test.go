@@ -67,7 +67,7 @@ metadata:
 spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 `, n, likenv1.AnnotationAPIServerURL, qemu.HostAddress, r.api, likenv1.AnnotationEtcdClientURL, qemu.HostAddress, r.client, likenv1.AnnotationEtcdPeerURL, qemu.HostAddress, r.peer)
 	}
-	fleetFile, layerFile := l.selfHostedLayer(docs.String())
+	layerFile := l.selfHostedLayer(docs.String())
 
 	var vms []*vm
 	for _, n := range names {
@@ -118,7 +118,7 @@ spec: {cluster: vm, role: Leader, rebootPolicy: Auto}
 		return poll.Success()
 	}, poll.WithTimeout(15*time.Minute), poll.WithDelay(2*time.Second))
 	t.Logf("vm-1: the API ready behind the endpoint %s after power on", time.Since(start).Round(time.Second))
-	a.apply(t, l, fleetFile)
+	a.adopt(t, l, "vm", len(names))
 	joined := time.Now()
 	vms[1].powerOn()
 	vms[2].powerOn()

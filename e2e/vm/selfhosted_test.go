@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	"liken.sh/liken/cli/layer"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/internal/pki"
-	"liken.sh/liken/internal/srctree"
 )
 
 // The helpers of the scenarios whose leaders run their own control plane
@@ -53,32 +51,33 @@ func newAdmin(t *testing.T, l *lab, server string) *admin {
 	return a
 }
 
-// apply applies liken's manifests but cluster-operator's Deployment, then
-// the fleet's documents once the CRDs are served.
-func (a *admin) apply(t *testing.T, l *lab, fleetFile string) {
+// adopt waits for what the first leader's control-plane init creates from
+// its layer, with no kubectl apply: liken's manifests and the fleet's
+// documents (the Cluster, then its Machines). These tests run
+// cluster-operator on the host (with its log and a short startup grace),
+// so the Deployment init created is scaled to none.
+func (a *admin) adopt(t *testing.T, l *lab, cluster string, machines int) {
 	t.Helper()
 	ctx := context.Background()
-	repo, err := srctree.Find()
-	assert.NilError(t, err)
-	for _, f := range []string{"00-namespace.yaml", "10-crd-cluster.yaml", "11-crd-machine.yaml", "20-rbac-operator.yaml", "21-rbac-machine.yaml", "22-admission-machine.yaml"} {
-		out, err := l.cp.KubectlAs(ctx, a.kubeconfig, "apply", "--server-side", "-f", filepath.Join(repo, "manifests", f))
-		assert.NilError(t, err, out)
-	}
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if _, err := l.cp.KubectlAs(ctx, a.kubeconfig, "apply", "--server-side", "-f", fleetFile); err != nil {
-			return poll.Continue("the fleet's documents: %v", err)
+		if _, err := a.liken.LikenV1alpha1().Clusters().Get(ctx, cluster, metav1.GetOptions{}); err != nil {
+			return poll.Continue("Cluster %s, which the first leader creates from its layer: %v", cluster, err)
+		}
+		ms, err := a.liken.LikenV1alpha1().Machines().List(ctx, metav1.ListOptions{})
+		if err != nil || len(ms.Items) < machines {
+			return poll.Continue("the fleet's Machines: %v", err)
 		}
 		return poll.Success()
-	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(2*time.Second))
+	}, poll.WithTimeout(10*time.Minute), poll.WithDelay(2*time.Second))
+	out, err := l.cp.KubectlAs(ctx, a.kubeconfig, "-n", "liken-system", "scale", "deployment/cluster-operator", "--replicas", "0")
+	assert.NilError(t, err, out)
 }
 
-// selfHostedLayer writes the fleet's documents and their layer, whose
-// Leaders liken install gives their control plane (leader/). It returns
-// both files' paths.
-func (l *lab) selfHostedLayer(docs string) (fleetFile, layerFile string) {
+// selfHostedLayer writes the layer of the fleet's documents, whose Leaders
+// liken install gives their control plane (leader/) and the documents
+// their init creates. It returns its path.
+func (l *lab) selfHostedLayer(docs string) string {
 	l.t.Helper()
-	fleetFile = filepath.Join(l.dir, "fleet.yaml")
-	assert.NilError(l.t, os.WriteFile(fleetFile, []byte(docs), 0o644))
 	parsed, errs := layer.ParseDocuments("fleet.yaml", strings.NewReader(docs))
 	assert.Assert(l.t, len(errs) == 0, "%v", errs)
 	cluster, ms, errs := layer.CheckFleet(parsed)
@@ -87,9 +86,9 @@ func (l *lab) selfHostedLayer(docs string) (fleetFile, layerFile string) {
 	// of the cluster.
 	tokens, err := layer.MachineTokens(ms, time.Now().Add(layer.DefaultJoinTokenTTL), nil)
 	assert.NilError(l.t, err)
-	layerFile = filepath.Join(l.dir, "layer.tgz")
+	layerFile := filepath.Join(l.dir, "layer.tgz")
 	assert.NilError(l.t, (&layer.Layer{Cluster: cluster, Machines: ms, Identity: l.identity, Tokens: tokens}).WriteFile(layerFile, true))
-	return fleetFile, layerFile
+	return layerFile
 }
 
 // nodeReady waits until the Node of m is Ready with a boot ID other than
