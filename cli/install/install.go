@@ -58,6 +58,10 @@ const (
 	// deployment layer, and the name of the machine the disk is for.
 	LayerFile   = "layer.tgz"
 	MachineFile = "machine"
+	// MachineDocFile is the machine's own Machine document from the layer,
+	// which liken-node holds the API's Machine against (its LayerMatches
+	// condition: the role and ports the machine boots with).
+	MachineDocFile = "machine.yaml"
 	// BootstrapFile is the kubeconfig the machine's kubelet and liken-node
 	// join with: the Cluster's endpoint, the server CA and the bootstrap
 	// token of the layer's join token.
@@ -538,6 +542,13 @@ func writeLayerTree(dir string, lay *layer.Layer, machine string, leader *contro
 	}
 	if err := os.WriteFile(filepath.Join(dir, MachineFile), []byte(machine+"\n"), 0o644); err != nil {
 		return err
+	}
+	for _, d := range own.Machines {
+		if d.Name == machine {
+			if err := os.WriteFile(filepath.Join(dir, MachineDocFile), d.YAML, 0o644); err != nil {
+				return err
+			}
+		}
 	}
 	for _, p := range own.Machine(machine).Spec.Ports {
 		name, b, err := changes.PortNetwork(p)

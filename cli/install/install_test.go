@@ -24,6 +24,7 @@ import (
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/boot/diskimage"
 	"liken.sh/liken/node/controlplane"
+	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/release"
 )
 
@@ -238,6 +239,12 @@ func TestInstallImage(t *testing.T) {
 				assert.Check(t, ok && bytes.Equal(got, b), "%s on the disk differs from the layer's", name)
 			}
 			assert.Check(t, is.Equal(string(partFile(t, o.Disk, parts[1], "/"+MachineFile)), tc.machine+"\n"))
+			// Its Machine document, as liken-node reads it.
+			docFile := filepath.Join(t.TempDir(), MachineDocFile)
+			assert.NilError(t, os.WriteFile(docFile, partFile(t, o.Disk, parts[1], "/"+MachineDocFile), 0o600))
+			lm, err := daemon.ReadLayerMachine(docFile)
+			assert.NilError(t, err)
+			assert.Check(t, is.Equal(lm.Name, tc.machine))
 			// The machine's own static address, which applies before it
 			// joins.
 			address := map[string]string{"node-1": "10.0.0.11/24", "node-2": "10.0.0.12/24"}[tc.machine]

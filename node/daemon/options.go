@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/yaml"
 
+	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/generated/clientset/versioned"
 	"liken.sh/liken/image"
 	"liken.sh/liken/node/boot"
@@ -208,6 +211,10 @@ type Options struct {
 	Liken versioned.Interface
 	// Boot describes the running boot.
 	Boot BootInfo
+	// Layer is the Machine document of the layer this machine was
+	// installed from (LayerMachineFile on its layer partition); nil when
+	// there is none (installed before liken wrote it, or the lab).
+	Layer *likenv1.Machine
 	// Bootloader keeps the proven slot and the trial flag.
 	Bootloader boot.Bootloader
 	// BootPartition is the folder the boot partition is mounted on (/boot):
@@ -240,4 +247,28 @@ type Options struct {
 	Clock clock.WithTickerAndDelayedExecution
 	// Timing holds the intervals; zero values take the defaults.
 	Timing Timing
+}
+
+// ReadLayerMachine reads the Machine document of the layer a machine was
+// installed from (Options.Layer). An empty path or a missing file is no
+// document.
+func ReadLayerMachine(path string) (*likenv1.Machine, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := &likenv1.Machine{}
+	if err := yaml.UnmarshalStrict(b, m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if m.Kind != "Machine" || m.Name == "" {
+		return nil, fmt.Errorf("%s holds no Machine document", path)
+	}
+	return m, nil
 }

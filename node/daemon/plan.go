@@ -38,6 +38,9 @@ type facts struct {
 	Boot    BootInfo
 	// Leader: the machine runs a control plane of its own.
 	Leader bool
+	// Layer is the Machine document of the layer this machine was
+	// installed from; nil when there is none.
+	Layer *likenv1.Machine
 	Mode   bootMode
 	// Confusion explains modeConfused.
 	Confusion string

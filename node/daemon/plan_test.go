@@ -562,3 +562,38 @@ func cond(st likenv1.MachineStatus, typ string) metav1.Condition {
 	}
 	return metav1.Condition{}
 }
+
+// TestLayerMatches: a machine says when its Machine's role or ports differ
+// from the layer it was installed from (it boots with the layer's), and
+// nothing when it has no layer document.
+func TestLayerMatches(t *testing.T) {
+	eth0 := []likenv1.Port{{Name: "eth0", Addresses: []string{"10.0.0.11/24"}}}
+	for _, tc := range []struct {
+		name   string
+		layer  *likenv1.Machine
+		edit   func(m *likenv1.Machine)
+		status metav1.ConditionStatus
+		msg    string
+	}{
+		{name: "no layer document", status: ""},
+		{name: "the same", layer: &likenv1.Machine{Spec: likenv1.MachineSpec{Role: likenv1.RoleWorker}}, status: metav1.ConditionTrue},
+		{name: "an unset role is a Worker", layer: &likenv1.Machine{}, status: metav1.ConditionTrue},
+		{name: "another role", layer: &likenv1.Machine{Spec: likenv1.MachineSpec{Role: likenv1.RoleLeader}}, status: metav1.ConditionFalse,
+			msg: "the Machine differs from the layer this machine was installed from: spec.role is Worker, the layer's Leader. At every boot"},
+		{name: "other ports", layer: &likenv1.Machine{Spec: likenv1.MachineSpec{Ports: eth0}},
+			edit:   func(m *likenv1.Machine) { m.Spec.Ports = []likenv1.Port{{Name: "eth0", DHCP: true}} },
+			status: metav1.ConditionFalse, msg: "spec.ports are eth0 (DHCP), the layer's eth0 (10.0.0.11/24)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := planFacts()
+			f.Layer = tc.layer
+			if tc.edit != nil {
+				tc.edit(f.M)
+			}
+			p := decide(f)
+			c := cond(machineStatus(f, p.v), likenv1.ConditionLayerMatches)
+			assert.Equal(t, c.Status, tc.status)
+			assert.Check(t, is.Contains(c.Message, tc.msg))
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -162,9 +163,18 @@ func machineStatus(f *facts, v *view) likenv1.MachineStatus {
 	if f.Leader {
 		if err := f.ControlPlaneErr; err != nil {
 			set(likenv1.ConditionControlPlaneReady, metav1.ConditionFalse, ReasonControlPlaneNotReady,
-				err.Error()+"; cluster-operator counts this leader as down, so no other leader takes a turn. On the machine, journalctl -u etcd -u kube-apiserver says more")
+				fmt.Sprintf("%v; cluster-operator counts this leader as down, so no other leader takes a turn. Its logs say more: liken logs %s -u etcd -u kube-apiserver", err, m.Name))
 		} else {
 			set(likenv1.ConditionControlPlaneReady, metav1.ConditionTrue, ReasonControlPlaneReady, "this leader's etcd member votes and is healthy, and its API server is ready")
+		}
+	}
+	// LayerMatches, when the layer's Machine document is known.
+	if f.Layer != nil {
+		if diff := layerDiff(f.Layer, m); len(diff) > 0 {
+			set(likenv1.ConditionLayerMatches, metav1.ConditionFalse, ReasonDiffersFromLayer,
+				fmt.Sprintf("the Machine differs from the layer this machine was installed from: %s. At every boot the machine starts with its layer's role and ports, before it reads the Machine: make them agree, by correcting the Machine (kubectl edit machine %s) or by installing the machine again from a layer packed with this Machine", strings.Join(diff, "; "), m.Name))
+		} else {
+			set(likenv1.ConditionLayerMatches, metav1.ConditionTrue, "SameAsLayer", "the Machine's role and ports are those of the layer this machine was installed from")
 		}
 	}
 	// ConfigApplied.
@@ -262,4 +272,43 @@ func apiPrecision(st likenv1.MachineStatus) (likenv1.MachineStatus, error) {
 		return st, fmt.Errorf("decoding the Machine's status: %w", err)
 	}
 	return out, nil
+}
+
+// layerDiff lists how m's fields that take effect at boot, before
+// liken-node reads the API (its role and its ports), differ from the
+// layer's Machine document.
+func layerDiff(layer, m *likenv1.Machine) []string {
+	var out []string
+	role := func(r likenv1.MachineRole) likenv1.MachineRole {
+		if r == "" {
+			return likenv1.RoleWorker
+		}
+		return r
+	}
+	if a, b := role(m.Spec.Role), role(layer.Spec.Role); a != b {
+		out = append(out, fmt.Sprintf("spec.role is %s, the layer's %s", a, b))
+	}
+	if !equality.Semantic.DeepEqual(m.Spec.Ports, layer.Spec.Ports) && (len(m.Spec.Ports) > 0 || len(layer.Spec.Ports) > 0) {
+		out = append(out, fmt.Sprintf("spec.ports are %s, the layer's %s", portNames(m.Spec.Ports), portNames(layer.Spec.Ports)))
+	}
+	return out
+}
+
+// portNames names ports with their addresses, for a message.
+func portNames(ps []likenv1.Port) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	var s []string
+	for _, p := range ps {
+		switch {
+		case p.DHCP:
+			s = append(s, p.Name+" (DHCP)")
+		case len(p.Addresses) > 0:
+			s = append(s, p.Name+" ("+strings.Join(p.Addresses, ", ")+")")
+		default:
+			s = append(s, p.Name)
+		}
+	}
+	return strings.Join(s, ", ")
 }

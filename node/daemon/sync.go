@@ -42,6 +42,10 @@ const (
 	ReasonWaitingForTurn = "WaitingForTurn"
 )
 
+// ReasonDiffersFromLayer on LayerMatches: the Machine's role or ports are
+// not those of the layer the machine was installed from.
+const ReasonDiffersFromLayer = "DiffersFromLayer"
+
 // Reasons of a leader's ControlPlaneReady condition.
 const (
 	ReasonControlPlaneReady    = "Healthy"
@@ -120,7 +124,7 @@ func (d *Daemon) sync(ctx context.Context) (time.Duration, error) {
 // observe gathers the facts decide reads: the caches, then, under the
 // lock, what the actors and the last actions reported.
 func (d *Daemon) observe(ctx context.Context) (*facts, error) {
-	f := &facts{Now: d.clock.Now(), Timing: d.t, Machine: d.o.Machine, Boot: d.o.Boot, Leader: d.o.ControlPlane != nil}
+	f := &facts{Now: d.clock.Now(), Timing: d.t, Machine: d.o.Machine, Boot: d.o.Boot, Leader: d.o.ControlPlane != nil, Layer: d.o.Layer}
 	m, err := d.machines.Get(d.o.Machine)
 	switch {
 	case apierrors.IsNotFound(err):

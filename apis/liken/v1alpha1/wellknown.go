@@ -91,6 +91,10 @@ const (
 	// ConditionReleaseVerified on a Machine: the last download verified, or
 	// why it did not.
 	ConditionReleaseVerified = "ReleaseVerified"
+	// ConditionLayerMatches on a Machine: its spec agrees with the Machine
+	// document of the layer it was installed from, in the fields that take
+	// effect at boot before liken-node reads the API (its role, its ports).
+	ConditionLayerMatches = "LayerMatches"
 	// ConditionControlPlaneReady on a leader's Machine: its own etcd member
 	// votes and is healthy, and its API server is ready. cluster-operator
 	// counts a leader whose condition is False as down.

@@ -42,6 +42,7 @@ type runFlags struct {
 	kubeconfig    string
 	bootstrap     string
 	machine       string
+	layerMachine  string
 	root          string
 	bootDir       string
 	cmdlineFile   string
@@ -84,6 +85,7 @@ func run() int {
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig with the machine's identity (system:node:<machine>); empty uses the in-cluster configuration")
 	fl.StringVar(&f.bootstrap, "bootstrap-kubeconfig", "", "kubeconfig holding the join token: when --kubeconfig holds no valid certificate for this machine, liken-node joins with it (TLS bootstrap, as a kubelet does) and writes its own key and certificate to --kubeconfig")
 	fl.StringVar(&f.machine, "machine", "", "this machine's name: its Machine and its Node (required)")
+	fl.StringVar(&f.layerMachine, "layer-machine", "", "the Machine document of the layer this machine was installed from (machine.yaml on its layer partition): its Machine's LayerMatches condition says whether the API's role and ports agree with it; a missing file is no document")
 	fl.StringVar(&f.root, "root", "/var/lib/liken", "the machine's disk state: boot slots, daemon state, applied configuration")
 	fl.StringVar(&f.bootDir, "boot-dir", "/boot/grub", "folder of the GRUB environment block (grubenv and grubenv.bak), on the boot partition: its parent folder receives each slot's kernel and initramfs (<parent>/A, <parent>/B)")
 	fl.StringVar(&f.cmdlineFile, "cmdline-file", "/proc/cmdline", "kernel command line (liken.slot=, liken.trial=)")
@@ -155,12 +157,18 @@ func start(ctx context.Context, f runFlags, bi daemon.BootInfo, rebooter daemon.
 	if err != nil {
 		return err
 	}
+	layerMachine, err := daemon.ReadLayerMachine(f.layerMachine)
+	if err != nil {
+		// Only a condition depends on it: say so and go on.
+		log.Error(err, "Reading the layer's Machine document; the Machine's LayerMatches condition is not reported")
+	}
 	o := daemon.Options{
 		Machine:    f.machine,
 		Root:       f.root,
 		Kube:       kube,
 		Liken:      lk,
 		Boot:       bi,
+		Layer:      layerMachine,
 		Bootloader: boot.NewGRUB(f.bootDir),
 		Rebooter:   rebooter,
 		// The boot partition holds the GRUB folder and each slot's kernel.
