@@ -10,6 +10,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -93,7 +94,7 @@ func TestLayerDocumentsAtEveryLeaderBoot(t *testing.T) {
 		t.Helper()
 		var last error
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
-			if last = nodecp.EnsureResources(ctx, dyn, objs); last != nil {
+			if last = nodecp.EnsureResources(ctx, kube, dyn, objs); last != nil {
 				return poll.Continue("%v", last)
 			}
 			return poll.Success()
@@ -109,18 +110,27 @@ func TestLayerDocumentsAtEveryLeaderBoot(t *testing.T) {
 	_, err = kube.AppsV1().Deployments("liken-system").Get(ctx, "cluster-operator", metav1.GetOptions{})
 	assert.NilError(t, err)
 
-	// A person changes the Cluster; the next boot's run leaves it so.
+	// A person changes the Cluster and takes a machine out of the fleet
+	// (deletes its Machine); the next boot's run leaves both so, and
+	// brings back liken's own cluster-operator, which someone deleted.
 	seven := intstr.FromInt32(7)
 	c.Spec.Disruption.MaxUnavailable = &seven
 	_, err = liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
 	assert.NilError(t, err)
+	gone := ms.Items[len(ms.Items)-1].Name
+	assert.NilError(t, liken.LikenV1alpha1().Machines().Delete(ctx, gone, metav1.DeleteOptions{}))
+	assert.NilError(t, kube.AppsV1().Deployments("liken-system").Delete(ctx, "cluster-operator", metav1.DeleteOptions{}))
 	ensure("a leader's next boot")
 	c, err = liken.LikenV1alpha1().Clusters().Get(ctx, "mycluster", metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(c.Spec.Disruption.MaxUnavailable, &seven))
 	assert.Check(t, is.Equal(c.ManagedFields[0].Manager, nodecp.InitFieldManager))
+	_, err = liken.LikenV1alpha1().Machines().Get(ctx, gone, metav1.GetOptions{})
+	assert.Check(t, apierrors.IsNotFound(err), "Machine %s, deleted, came back: %v", gone, err)
+	_, err = kube.AppsV1().Deployments("liken-system").Get(ctx, "cluster-operator", metav1.GetOptions{})
+	assert.Check(t, err, "cluster-operator's Deployment was not created again")
 
 	// A document of a kind liken does not create is refused, naming it.
 	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "x", "namespace": "default"}}}
-	assert.ErrorContains(t, nodecp.EnsureResources(ctx, dyn, []*unstructured.Unstructured{secret}), "Secret x: liken's control-plane init creates no Secret")
+	assert.ErrorContains(t, nodecp.EnsureResources(ctx, kube, dyn, []*unstructured.Unstructured{secret}), "Secret x: liken's control-plane init creates no Secret")
 }

@@ -269,7 +269,7 @@ func Init(ctx context.Context, o InitOptions) error {
 	if o.Dynamic == nil {
 		return errors.New("control plane init: creating liken's resources needs the dynamic client")
 	}
-	return r.do(ctx, "creating liken's resources and the layer's Cluster and Machines", func() error { return EnsureResources(ctx, o.Dynamic, o.Resources) })
+	return r.do(ctx, "creating liken's resources and the layer's Cluster and Machines", func() error { return EnsureResources(ctx, o.Kube, o.Dynamic, o.Resources) })
 }
 
 // MarkLeaderNode gives the leader's Node likenv1.LeaderNodeLabel, which

@@ -41,7 +41,7 @@ type facts struct {
 	// Layer is the Machine document of the layer this machine was
 	// installed from; nil when there is none.
 	Layer *likenv1.Machine
-	Mode   bootMode
+	Mode  bootMode
 	// Confusion explains modeConfused.
 	Confusion string
 	// Rebooting: a reboot was asked for; nothing more happens.
