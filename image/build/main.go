@@ -515,7 +515,8 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 	files := map[string]string{
 		image.ReleaseFile: image.ReleaseFileContent(b.version),
 		"etc/hostname":    "liken\n",
-		// systemd gives each boot a machine ID in memory.
+		// liken-boot writes the machine's own, kept on the slot store
+		// (boot.MachineIDFile).
 		"etc/machine-id": "",
 		"etc/fstab":      "# liken-boot mounts every file system before systemd starts.\n",
 	}

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
+	"liken.sh/liken/manifests"
 )
 
 // TokenFile is the join token's file in the identity (IdentityDir):
@@ -182,11 +182,13 @@ type InitOptions struct {
 	// Addons are the cluster's add-ons (manifests.DNSObjects): each one
 	// that does not exist is created; one that exists is left as it is.
 	Addons []runtime.Object
-	// Resources are liken's own resources (manifests.Resources) and the
-	// layer's Cluster and Machines (ReadDocuments), created through
-	// Dynamic when they do not exist (EnsureResources). None when empty.
-	Resources []*unstructured.Unstructured
-	// Dynamic is the local API server as InitUser, for Resources.
+	// Documents is the leader's DocumentsFile, the layer's Cluster and
+	// Machines: with it, liken's own resources (manifests.Resources) and
+	// those documents are created through Dynamic, each once
+	// (EnsureResources). A leader installed before liken wrote the file
+	// has none: then nothing is created (its fleet's were applied by hand).
+	Documents string
+	// Dynamic is the local API server as InitUser, for Documents.
 	Dynamic dynamic.Interface
 	// Timeout bounds Init (DefaultInitTimeout when zero).
 	Timeout time.Duration
@@ -263,13 +265,26 @@ func Init(ctx context.Context, o InitOptions) error {
 	if err := r.do(ctx, "marking this leader's Node", func() error { return MarkLeaderNode(ctx, o.Kube, o.Name) }); err != nil {
 		return err
 	}
-	if len(o.Resources) == 0 {
+	if o.Documents == "" {
 		return nil
 	}
-	if o.Dynamic == nil {
-		return errors.New("control plane init: creating liken's resources needs the dynamic client")
-	}
-	return r.do(ctx, "creating liken's resources and the layer's Cluster and Machines", func() error { return EnsureResources(ctx, o.Kube, o.Dynamic, o.Resources) })
+	return r.do(ctx, "creating liken's resources and the layer's Cluster and Machines", func() error {
+		docs, err := ReadDocuments(o.Documents)
+		if err != nil {
+			return permanent(err)
+		}
+		if len(docs) == 0 {
+			return nil
+		}
+		if o.Dynamic == nil {
+			return permanent(errors.New("creating liken's resources needs the dynamic client"))
+		}
+		objs, err := manifests.Resources()
+		if err != nil {
+			return permanent(err)
+		}
+		return EnsureResources(ctx, o.Kube, o.Dynamic, append(objs, docs...))
+	})
 }
 
 // MarkLeaderNode gives the leader's Node likenv1.LeaderNodeLabel, which

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,18 +63,25 @@ var resources = map[schema.GroupKind]resource{
 }
 
 // DocumentsRecord is the ConfigMap in kube-system where control-plane init
-// records each of the layer's documents it created or found (data:
-// KIND.NAME), so that it creates each one once in the cluster's life: a
-// Machine a person deleted (a machine taken out of the fleet) stays
-// deleted at the leaders' next boots.
+// records each object it created or found (data: recordKey), so that it
+// creates each one once in the cluster's life: a Machine a person deleted
+// (a machine taken out of the fleet), or a cluster-operator Deployment
+// deleted to run it elsewhere, stays deleted at the leaders' next boots.
 const DocumentsRecord = "liken-layer-documents"
 
-// EnsureResources creates each object that does not exist, in order, and
-// leaves one that exists as it is (create-only): liken's own resources
-// (manifests.Resources), at every leader boot, and the layer's Cluster and
-// Machines, once (DocumentsRecord), so that a fleet installed from its
-// layers needs no kubectl apply, and what a person changed or deleted
-// later stays so. A Cluster or Machine is created once its CRD is served;
+// recordKey names obj in DocumentsRecord: KIND.NAMESPACE.NAME, with the
+// colons of RBAC names made underscores (a ConfigMap key has none).
+func recordKey(obj *unstructured.Unstructured) string {
+	return strings.ReplaceAll(obj.GetKind()+"."+obj.GetNamespace()+"."+obj.GetName(), ":", "_")
+}
+
+// EnsureResources creates each object that does not exist and was never
+// created (DocumentsRecord), in order, and leaves one that exists as it is
+// (create-only): liken's own resources (manifests.Resources) and the
+// layer's Cluster and Machines, so that a fleet installed from its layers
+// needs no kubectl apply, and what a person changed or deleted later stays
+// so. An object a newer release's manifests add is created at its leaders'
+// first boot. A Cluster or Machine is created once its CRD is served;
 // until then this fails, and Init tries again. A power cut between a
 // document and its record costs nothing: the next init finds it and
 // records it.
@@ -105,8 +113,8 @@ func EnsureResources(ctx context.Context, kube kubernetes.Interface, dyn dynamic
 			return permanent(fmt.Errorf("%s %s: liken's control-plane init creates no %s", obj.GetKind(), obj.GetName(), gk))
 		}
 		document := gv.Group == likenv1.GroupName
-		key := obj.GetKind() + "." + obj.GetName()
-		if _, done := record.Data[key]; document && done {
+		key := recordKey(obj)
+		if _, done := record.Data[key]; done {
 			continue
 		}
 		var client dynamic.ResourceInterface = dyn.Resource(gv.WithResource(res.name))
@@ -125,10 +133,8 @@ func EnsureResources(ctx context.Context, kube kubernetes.Interface, dyn dynamic
 		default:
 			log.Info("Created a resource", "kind", obj.GetKind(), "object", klog.KObj(obj))
 		}
-		if document {
-			record.Data[key] = "created"
-			added++
-		}
+		record.Data[key] = "created"
+		added++
 	}
 	if added == 0 {
 		return nil

@@ -186,6 +186,7 @@ func assemble(o InitOptions, root string, hs []hierarchy) error {
 			}
 			return nil
 		},
+		func() error { return boot.SetMachineID(root, filepath.Join(o.Dir, SlotsDir)) },
 		func() error { return mount(filepath.Join(o.Dir, BootDir), root+"/boot", "", unix.MS_BIND, "") },
 		func() error { return bindReadOnly(filepath.Join(o.Dir, LayerDir), root+"/var/lib/liken-layer", 0) },
 		func() error { return adaptKubelet(root, hs) },

@@ -14,7 +14,8 @@
 //  4. mount slots/<slot>/rootfs.squashfs through a read-only loop device
 //     as the new root; /etc is an overlay whose changes live in memory for
 //     one boot, /var a memory file system; the slot store is mounted at
-//     /var/lib/liken, with kubelet's and containerd's state in it, the
+//     /var/lib/liken, with kubelet's and containerd's state and the
+//     journal in it, the machine ID kept there in /etc/machine-id, the
 //     boot partition at /boot, the layer partition read-only at
 //     /var/lib/liken-layer;
 //  5. on a trial boot, re-arm the watchdog with what is left of the
@@ -263,6 +264,12 @@ func assemble(slot boot.Slot, parts map[string]string) error {
 		if err := mount(src, newRoot+dst, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
+	}
+	// One machine ID for every boot, kept on the slot store: its journal
+	// of earlier boots stays readable. Without it systemd makes one for
+	// this boot.
+	if err := boot.SetMachineID(newRoot, newRoot+"/var/lib/liken"); err != nil {
+		say("keeping no machine ID, systemd makes one for this boot: %v", err)
 	}
 	if err := mount(parts[bootLabel], newRoot+"/boot", "ext4", 0, ""); err != nil {
 		return err

@@ -300,14 +300,6 @@ func (f *controlPlaneFlags) init(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	resources, err := manifests.Resources()
-	if err != nil {
-		return err
-	}
-	docs, err := controlplane.ReadDocuments(filepath.Join(f.leaderDir, controlplane.DocumentsFile))
-	if err != nil {
-		return err
-	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return err
@@ -318,7 +310,7 @@ func (f *controlPlaneFlags) init(cmd *cobra.Command) error {
 	}
 	return controlplane.Init(cmd.Context(), controlplane.InitOptions{
 		Addons:          addons,
-		Resources:       append(resources, docs...),
+		Documents:       filepath.Join(f.leaderDir, controlplane.DocumentsFile),
 		Dynamic:         dyn,
 		Kube:            kube,
 		SharedTokenFile: shared,
