@@ -81,8 +81,8 @@ func (a emitEvents) do(_ context.Context, d *Daemon, f *facts) {
 
 // applyFirst applies the first configuration of this machine: what the
 // Machine and the Cluster say is what its first boot applies, but for the
-// node agent's settings: the agent started before liken-node with none,
-// and restarts for them in a turn.
+// node agent's arguments (settings.k3sArgs): the agent started before
+// liken-node with none, and restarts for them in a turn.
 type applyFirst struct{ cfg changes.Config }
 
 func (a applyFirst) String() string { return "apply the first configuration" }

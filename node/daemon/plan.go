@@ -312,8 +312,9 @@ func decideConfig(f *facts, v *view) action {
 	}
 	applied := *f.St.Applied
 	diff := changes.Diff(applied, v.desired)
-	// Live changes wait while k3s restarts in its turn: they would write
-	// the registry mirrors' files from the configuration k3s ran before.
+	// Live changes wait while k3s restarts in its turn, so that the turn's
+	// outcome (the Node Ready again, or the rollback) is judged on one
+	// change at a time.
 	if live := changes.Only(diff, likenv1.ClassLive); len(live) > 0 && k3sHeld(f) == nil {
 		return applyLive{cfg: changes.Merge(applied, v.desired, likenv1.ClassLive), changed: live}
 	}

@@ -167,10 +167,10 @@ type SharedSettings struct {
 type RegistryMirror struct {
 	// Registry is the registry host, such as docker.io or
 	// registry.example:5000, or * for every registry. Disruption class:
-	// RestartK3s, as its list.
+	// Live, as its list.
 	Registry string `json:"registry"`
 	// Endpoints are the mirror URLs, tried in order. Disruption class:
-	// RestartK3s, as its list.
+	// Live, as its list.
 	Endpoints []string `json:"endpoints"`
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,46 +48,72 @@ func Start(t testing.TB, alerts ...string) *Server {
 	assert.NilError(t, os.WriteFile(config, []byte("global:\n  evaluation_interval: 1s\nrule_files: [rules.yml]\n"), 0o644))
 	s.writeRules(alerts)
 
+	// A free port, which another process may take before the server
+	// binds it: then again with another.
+	for try := 1; ; try++ {
+		err := s.run(filepath.Join(root, "usr", "bin", "prometheus"), config, dir)
+		if err == nil {
+			break
+		}
+		if try == 3 || !strings.Contains(s.lastLog(), "address already in use") {
+			t.Fatalf("starting prometheus: %v", err)
+		}
+	}
+	s.waitFiring(alerts)
+	return s
+}
+
+// run starts the server on a free loopback port and returns once it is
+// ready, or why it is not.
+func (s *Server) run(bin, config, dir string) error {
+	t := s.t
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
+	if err != nil {
+		return err
+	}
 	addr := l.Addr().String()
-	assert.NilError(t, l.Close())
+	l.Close()
 	s.URL = "http://" + addr
 	logFile, err := os.Create(s.log)
-	assert.NilError(t, err)
+	if err != nil {
+		return err
+	}
 	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(root, "usr", "bin", "prometheus"),
+	cmd := exec.Command(bin,
 		"--config.file="+config,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr,
 		"--web.enable-lifecycle",
 		"--log.level=warn")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	assert.NilError(t, cmd.Start())
+	// It dies with the test binary, even one killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-exited
 	})
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
+	deadline := time.Now().Add(time.Minute)
+	for {
 		select {
 		case <-exited:
-			return poll.Error(fmt.Errorf("prometheus exited: %s", s.lastLog()))
-		default:
+			return fmt.Errorf("prometheus exited: %s", s.lastLog())
+		case <-time.After(100 * time.Millisecond):
 		}
-		resp, err := http.Get(s.URL + "/-/ready")
-		if err != nil {
-			return poll.Continue("%v", err)
+		if resp, err := http.Get(s.URL + "/-/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return poll.Continue("/-/ready answered %s", resp.Status)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("prometheus at %s was not ready within a minute: %s", s.URL, s.lastLog())
 		}
-		return poll.Success()
-	}, poll.WithTimeout(time.Minute), poll.WithDelay(100*time.Millisecond))
-	s.waitFiring(alerts)
-	return s
+	}
 }
 
 // Fire sets the alerts that fire: each named one has a rule that always
