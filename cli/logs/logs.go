@@ -29,6 +29,10 @@ import (
 // DefaultUnit is the unit read when none is named: the node daemon.
 const DefaultUnit = "liken-node"
 
+// KernelUnit is the image's unit that copies the kernel's messages into
+// the journal (the kubelet's query reads units only): --kernel reads it.
+const KernelUnit = "liken-kernel-log"
+
 // FollowEvery is how often --follow asks for new lines.
 const FollowEvery = 2 * time.Second
 
@@ -54,6 +58,8 @@ type Options struct {
 	Tail int
 	// Grep keeps the lines that match this regular expression.
 	Grep string
+	// Kernel reads the kernel's messages (KernelUnit) too.
+	Kernel bool
 	// Follow keeps reading new lines of the current boot until ctx ends.
 	Follow bool
 	// Clock tells the time of --since and --follow's rounds.
@@ -67,7 +73,8 @@ func NewCommand(flags *kube.Flags) *cobra.Command {
 		Use:   "logs MACHINE",
 		Short: "Print a machine's logs (its journal), read through the API server",
 		Long: `Print the journal of a machine: the lines of its services (liken-node when
-no --unit is given), of this boot or of an earlier one, read through the
+no --unit is given) or of its kernel (--kernel), of this boot or of an
+earlier one, read through the
 API server from the machine's kubelet (the Kubernetes node log query), so
 no shell on the machine is needed. The journal is kept on the machine's
 slot store (at most 128 MiB), so the lines of earlier boots are there
@@ -87,6 +94,9 @@ narrow a large query with --since or --tail.`,
 
   # liken-node in the boot before this one (a trial that failed)
   liken logs node-4 --boot -1
+
+  # The kernel's messages of the boot before this one
+  liken logs node-4 --kernel --boot -1
 
   # Follow liken-node's new lines
   liken logs node-4 -f`,
@@ -109,6 +119,7 @@ narrow a large query with --since or --tail.`,
 	cmd.Flags().IntVar(&opts.Boot, "boot", 0, "Which boot: 0 this one, -1 the one before it (such as a trial that failed), -2 the one before that...")
 	cmd.Flags().IntVar(&opts.Tail, "tail", 0, "Only the last lines, this many (at most 100000); 0 prints them all.")
 	cmd.Flags().StringVar(&opts.Grep, "grep", "", "Only the lines that match this regular expression.")
+	cmd.Flags().BoolVar(&opts.Kernel, "kernel", false, "The kernel's messages (alone, or with the units -u names).")
 	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "Keep printing new lines of this boot until interrupted.")
 	return cmd
 }
@@ -116,8 +127,8 @@ narrow a large query with --since or --tail.`,
 // check says what is wrong with o, or nil.
 func (o Options) check() error {
 	switch {
-	case len(o.Units) > maxUnits:
-		return fmt.Errorf("%d units given: the kubelet reads at most %d at a time", len(o.Units), maxUnits)
+	case len(o.units()) > maxUnits:
+		return fmt.Errorf("%d units given (--kernel counts as one): the kubelet reads at most %d at a time", len(o.units()), maxUnits)
 	case o.Boot > 0:
 		return fmt.Errorf("--boot %d: give 0 for this boot, -1 for the one before it, and so on", o.Boot)
 	case o.Follow && o.Boot != 0:
@@ -146,12 +157,15 @@ var unitName = regexp.MustCompile(`^[a-zA-Z0-9_.:@-]+$`)
 // units are the units o reads, as the kubelet names them: without
 // .service.
 func (o Options) units() []string {
-	if len(o.Units) == 0 {
-		return []string{DefaultUnit}
-	}
 	var out []string
 	for _, u := range o.Units {
 		out = append(out, strings.TrimSuffix(u, ".service"))
+	}
+	if o.Kernel {
+		out = append(out, KernelUnit)
+	}
+	if len(out) == 0 {
+		return []string{DefaultUnit}
 	}
 	return out
 }

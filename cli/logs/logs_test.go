@@ -26,6 +26,8 @@ func TestQuery(t *testing.T) {
 		{name: "since, to the second", since: since, want: url.Values{"query": {"liken-node"}, "boot": {"0"}, "sinceTime": {"2026-12-07T06:55:01Z"}}},
 		{name: "tail in the first round", opts: Options{Tail: 20}, tail: true, want: url.Values{"query": {"liken-node"}, "boot": {"0"}, "tailLines": {"20"}}},
 		{name: "no tail in later rounds", opts: Options{Tail: 20}, want: url.Values{"query": {"liken-node"}, "boot": {"0"}}},
+		{name: "the kernel alone", opts: Options{Kernel: true}, want: url.Values{"query": {"liken-kernel-log"}, "boot": {"0"}}},
+		{name: "the kernel and a unit", opts: Options{Kernel: true, Units: []string{"kubelet"}}, want: url.Values{"query": {"kubelet", "liken-kernel-log"}, "boot": {"0"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.DeepEqual(t, tc.opts.query(tc.since, tc.tail), tc.want)
@@ -38,7 +40,8 @@ func TestBadOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{Units: []string{"a", "b", "c", "d", "e"}}, "5 units given: the kubelet reads at most 4"},
+		{Options{Units: []string{"a", "b", "c", "d", "e"}}, "5 units given (--kernel counts as one): the kubelet reads at most 4"},
+		{Options{Units: []string{"a", "b", "c", "d"}, Kernel: true}, "5 units given"},
 		{Options{Boot: 1}, "--boot 1: give 0 for this boot, -1 for the one before it"},
 		{Options{Follow: true, Boot: -1}, "--follow reads this boot's new lines: leave out --boot"},
 		{Options{Units: []string{"../etc/shadow"}}, `unit "../etc/shadow" is not a systemd unit name`},

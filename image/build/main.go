@@ -71,7 +71,7 @@ var initramfsModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32
 // units are the systemd units enabled in the image.
 // The control plane's units start only on a leader, whose layer partition
 // holds leader/config.yaml (docs/design/controlplane.md).
-var units = []string{"liken-machine.service", "containerd.service", "kubelet.service", "kube-proxy.path", "liken-node.service", "systemd-networkd.service", "systemd-resolved.service", "systemd-timesyncd.service",
+var units = []string{"liken-machine.service", "liken-kernel-log.service", "containerd.service", "kubelet.service", "kube-proxy.path", "liken-node.service", "systemd-networkd.service", "systemd-resolved.service", "systemd-timesyncd.service",
 	"liken-control-plane-setup.service", "etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service", "liken-control-plane-init.service"}
 
 // caBundle is the public CAs' bundle that Debian's ca-certificates writes,
