@@ -172,7 +172,7 @@ func SelfHostedFleet(t *testing.T, l *Lab) {
 	logs = l.Run("logs", first, "--boot", "-1", "--grep", "Turn granted")
 	assert.Check(t, is.Contains(logs, "release "+bad), "liken logs %s --boot -1 did not show the turn for %s:\n%s", first, bad, logs)
 	logs = l.Run("logs", first, "--kernel")
-	assert.Check(t, is.Contains(logs, "Copying the kernel's messages of this boot"), "liken logs %s --kernel:\n%s", first, logs)
+	assert.Check(t, is.Contains(logs, "Copying the kernel messages of this boot"), "liken logs %s --kernel:\n%s", first, logs)
 	rep = stopProbe(t)
 	t.Logf("API probe while %s tried %s (%s to the halt): %s", first, bad, time.Since(tried).Round(time.Second), rep.Timeline())
 	assert.Assert(t, rep.Rounds > 0 && !rep.Longest.Ongoing && rep.Longest.Duration() <= Failover,
