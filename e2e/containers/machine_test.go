@@ -227,6 +227,21 @@ func TestMachineInNamespaces(t *testing.T) {
 		assert.Check(t, err, "writing %s from the machine: %s", file, out)
 	}
 
+	// The journal, kept on the slot store under the machine's own ID: the
+	// kernel's messages' unit (liken logs --kernel) has started.
+	machineID, err := in(b, "cat", "/etc/machine-id")
+	assert.NilError(t, err)
+	journal := func(b interface{ PID() int }, boot string) func(poll.LogT) poll.Result {
+		return func(poll.LogT) poll.Result {
+			out, err := in(b, "journalctl", "--boot", boot, "--unit", "liken-kernel-log", "--no-pager")
+			if err != nil || !strings.Contains(out, "Copying the kernel messages of this boot") {
+				return poll.Continue("journalctl --boot %s --unit liken-kernel-log: %v %s", boot, err, out)
+			}
+			return poll.Success()
+		}
+	}
+	poll.WaitOn(t, journal(b, "0"), poll.WithTimeout(time.Minute), poll.WithDelay(200*time.Millisecond))
+
 	// A reboot from inside, as liken-node asks for one.
 	_, _ = in(b, "systemctl", "reboot")
 	end, err := b.Wait()
@@ -237,6 +252,11 @@ func TestMachineInNamespaces(t *testing.T) {
 	again, err := in(b2, "cat", "/proc/sys/kernel/random/boot_id")
 	assert.NilError(t, err)
 	assert.Check(t, again != bootID, "a reboot gets a new boot ID")
+	sameID, err := in(b2, "cat", "/etc/machine-id")
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(sameID, machineID), "a reboot gets another machine ID: the journal of the boot before is out of journalctl's reach")
+	// The boot before, read from the journal on the slot store.
+	poll.WaitOn(t, journal(b2, "-1"), poll.WithTimeout(time.Minute), poll.WithDelay(200*time.Millisecond))
 
 	// A power-off from inside ends the boot for good.
 	_, _ = in(b2, "systemctl", "poweroff")
