@@ -209,7 +209,7 @@ func finishUp(ctx context.Context, st *State, o upOptions, id *layer.Identity, v
 	if err := adoptFleet(ctx, st, o, graceArgs, deadline); err != nil {
 		return err
 	}
-	step("the first leader created liken's resources, Cluster %s and its %d Machines from its layer (cluster-operator as a Deployment of %d on the fleet)", o.name, o.machines, o.operators)
+	step("the first leader created liken's resources, Cluster %s and its %d Machines from its layer; cluster-operator's %d copies are ready", o.name, o.machines, o.operators)
 	if len(graceArgs) > 0 {
 		step("cluster-operator runs with %s (from %s)", graceArgs[0], startupGraceEnv)
 	}
@@ -324,8 +324,8 @@ func exitedProcess(st *State) error {
 // from its layer (liken's manifests, cluster-operator's Deployment, the
 // Cluster and the Machines: nothing is applied by hand, as on a fleet
 // installed from its layers): it waits for liken's CRDs, then scales
-// cluster-operator to --operators and gives it the startup grace of
-// $LIKEN_LAB_STARTUP_GRACE.
+// cluster-operator to --operators, gives it the startup grace of
+// $LIKEN_LAB_STARTUP_GRACE and waits for its copies to be ready.
 func adoptFleet(ctx context.Context, st *State, o upOptions, graceArgs []string, deadline time.Time) error {
 	kubectl := func(args ...string) error {
 		_, err := controlplane.Kubectl(ctx, st.Kubeconfig, args...)
@@ -361,7 +361,11 @@ func adoptFleet(ctx context.Context, st *State, o upOptions, graceArgs []string,
 			return err
 		}
 	}
-	return nil
+	// Lab up returns once cluster-operator's copies run with what was set
+	// here: a rollout still under way when the user's first upgrade starts
+	// would leave fewer copies than the Deployment's disruption budget
+	// expects.
+	return retry("waiting for cluster-operator's "+strconv.Itoa(o.operators)+" copies to be ready", append([]string{"rollout", "status", "--timeout", "60s"}, deploy...)...)
 }
 
 // channelCertificate makes the lab's channel CA and the channel's

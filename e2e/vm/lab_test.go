@@ -22,8 +22,11 @@ import (
 // liken lab publish and a new spec.version upgrade them through real
 // reboots, the leader's included; liken lab power cycle pulls a machine's
 // power and it comes back; a release that cannot boot fails the leader's
-// trial, and the leader comes back on its proven slot with its datastore;
-// liken lab down stops it all.
+// trial, and the leader comes back on its proven slot with its datastore,
+// and liken logs reads the failed trial's turn from the boot before;
+// liken lab down stops it all. Nothing in it applies a document by hand:
+// the first leader creates liken's resources, the Cluster and the Machines
+// from its layer.
 func TestLabUpVM(t *testing.T) {
 	l := userlab.Up(t, userlab.VM, "vm", 2, 1)
 	ctx := t.Context()
@@ -103,6 +106,7 @@ func TestLabUpVM(t *testing.T) {
 	after, err := l.Kube.CoreV1().ConfigMaps("default").Get(ctx, apiprobe.DefaultName, metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, after.Data, kept.Data)
+	userlab.FailedTrialLogs(t, l, leader, bad)
 	// cluster-operator's copies run only on leaders: on a fleet of one
 	// leader they start again once it is back, and then halt the rollout.
 	back := time.Now()

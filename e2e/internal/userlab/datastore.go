@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -153,4 +154,20 @@ func TrialFailedBack(m, proven *likenv1.Machine) poll.Result {
 		return poll.Continue("%s: %s on %q from slot %q, trial failed %v, control plane ready %v", m.Name, m.Status.Phase, m.Status.Version, m.Status.Slot, failed, cpReady)
 	}
 	return poll.Success()
+}
+
+// FailedTrialLogs checks what liken logs reads of machine, back on its
+// proven slot after its trial of the release bad failed (a release whose
+// init panics, so the trial's boot never started its journal), through
+// the API server and the machine's kubelet: this boot's liken-node says
+// the trial failed; the boot before, kept on the slot store, took the turn
+// for bad; the kernel's messages of this boot are there.
+func FailedTrialLogs(t *testing.T, l *Lab, machine, bad string) {
+	t.Helper()
+	logs := l.Run("logs", machine, "--grep", "The last trial failed")
+	assert.Check(t, is.Contains(logs, bad), "liken logs %s did not say the trial of %s failed:\n%s", machine, bad, logs)
+	logs = l.Run("logs", machine, "--boot", "-1", "--grep", "Turn granted")
+	assert.Check(t, is.Contains(logs, "release "+bad), "liken logs %s --boot -1 did not show the turn for %s:\n%s", machine, bad, logs)
+	logs = l.Run("logs", machine, "--kernel")
+	assert.Check(t, is.Contains(logs, "Copying the kernel messages of this boot"), "liken logs %s --kernel:\n%s", machine, logs)
 }

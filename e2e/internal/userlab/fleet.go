@@ -163,16 +163,7 @@ func SelfHostedFleet(t *testing.T, l *Lab) {
 		return w.sameMembers(ctx, ids)
 	})
 	probe.Mark(first+" is back on its proven slot", apiprobe.Datastore(ctx, w.views))
-	// Its journal, through the API server and the kubelet: this boot says
-	// the trial failed; the trial's boot panicked before its journal
-	// started, so the boot before it is the one that took the turn for the
-	// bad release, kept on the slot store.
-	logs := l.Run("logs", first, "--grep", "The last trial failed")
-	assert.Check(t, is.Contains(logs, bad), "liken logs %s did not say the trial of %s failed:\n%s", first, bad, logs)
-	logs = l.Run("logs", first, "--boot", "-1", "--grep", "Turn granted")
-	assert.Check(t, is.Contains(logs, "release "+bad), "liken logs %s --boot -1 did not show the turn for %s:\n%s", first, bad, logs)
-	logs = l.Run("logs", first, "--kernel")
-	assert.Check(t, is.Contains(logs, "Copying the kernel messages of this boot"), "liken logs %s --kernel:\n%s", first, logs)
+	FailedTrialLogs(t, l, first, bad)
 	rep = stopProbe(t)
 	t.Logf("API probe while %s tried %s (%s to the halt): %s", first, bad, time.Since(tried).Round(time.Second), rep.Timeline())
 	assert.Assert(t, rep.Rounds > 0 && !rep.Longest.Ongoing && rep.Longest.Duration() <= Failover,
