@@ -164,10 +164,11 @@ func TrialFailedBack(m, proven *likenv1.Machine) poll.Result {
 // for bad; the kernel's messages of this boot are there.
 func FailedTrialLogs(t *testing.T, l *Lab, machine, bad string) {
 	t.Helper()
-	logs := l.Run("logs", machine, "--grep", "The last trial failed")
+	kc := "--kubeconfig=" + l.Kubeconfig
+	logs := l.Run("logs", machine, kc, "--grep", "The last trial failed")
 	assert.Check(t, is.Contains(logs, bad), "liken logs %s did not say the trial of %s failed:\n%s", machine, bad, logs)
-	logs = l.Run("logs", machine, "--boot", "-1", "--grep", "Turn granted")
+	logs = l.Run("logs", machine, kc, "--boot", "-1", "--grep", "Turn granted")
 	assert.Check(t, is.Contains(logs, "release "+bad), "liken logs %s --boot -1 did not show the turn for %s:\n%s", machine, bad, logs)
-	logs = l.Run("logs", machine, "--kernel")
+	logs = l.Run("logs", machine, kc, "--kernel")
 	assert.Check(t, is.Contains(logs, "Copying the kernel messages of this boot"), "liken logs %s --kernel:\n%s", machine, logs)
 }
