@@ -21,8 +21,9 @@ import (
 
 // Each gate holds the rollout and lets it go, on the real API server and
 // cluster-operator: a person's hold (liken rollout hold), an alert of a
-// real Prometheus server (Debian's package), and a pod that keeps its machine out of its turn; then the canary
-// of a release halts the rollout when it turns unhealthy during its time.
+// real Prometheus server (Debian's package), and a pod that keeps its
+// machine out of its turn; then the canary of a release halts the rollout
+// when it turns unhealthy during its time.
 func TestGatesAndCanaryHoldTheRollout(t *testing.T) {
 	l := startLab(t, "e2e-gates", labOptions{policy: "Auto"})
 	ctx := context.Background()
