@@ -130,6 +130,36 @@ func TestLayerDocumentsAtEveryLeaderBoot(t *testing.T) {
 	_, err = kube.AppsV1().Deployments("liken-system").Get(ctx, "cluster-operator", metav1.GetOptions{})
 	assert.Check(t, apierrors.IsNotFound(err), "cluster-operator's Deployment, deleted, came back: %v", err)
 
+	// A run that fails on a later document (one the API refuses) has
+	// recorded what it created before it: the next run, once the bad
+	// document is gone from the layer, leaves deleted what a person
+	// deleted in between.
+	machine := func(name, role string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "liken.sh/v1alpha1", "kind": "Machine",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"cluster": "mycluster", "role": role}}}
+	}
+	late := machine("node-late", "Worker")
+	err = nodecp.EnsureResources(ctx, kube, dyn, append(objs, late, machine("node-bad", "Captain")))
+	assert.ErrorContains(t, err, "creating Machine node-bad")
+	assert.NilError(t, liken.LikenV1alpha1().Machines().Delete(ctx, "node-late", metav1.DeleteOptions{}))
+	assert.NilError(t, nodecp.EnsureResources(ctx, kube, dyn, append(objs, late)))
+	_, err = liken.LikenV1alpha1().Machines().Get(ctx, "node-late", metav1.GetOptions{})
+	assert.Check(t, apierrors.IsNotFound(err), "Machine node-late, created before a failed document and deleted, came back: %v", err)
+
+	// A cluster whose liken resources were applied by hand before the
+	// record existed (its record is missing, liken's CRDs are there): a
+	// leader installed into it creates nothing, not even what was deleted
+	// there, and records it all.
+	assert.NilError(t, kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Delete(ctx, nodecp.DocumentsRecord, metav1.DeleteOptions{}))
+	assert.NilError(t, nodecp.EnsureResources(ctx, kube, dyn, append(objs, late)))
+	_, err = liken.LikenV1alpha1().Machines().Get(ctx, gone, metav1.GetOptions{})
+	assert.Check(t, apierrors.IsNotFound(err), "Machine %s, deleted before the record existed, came back: %v", gone, err)
+	_, err = kube.AppsV1().Deployments("liken-system").Get(ctx, "cluster-operator", metav1.GetOptions{})
+	assert.Check(t, apierrors.IsNotFound(err), "cluster-operator's Deployment, deleted before the record existed, came back: %v", err)
+	record, err := kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, nodecp.DocumentsRecord, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(record.Data, len(objs)+1))
+
 	// A document of a kind liken does not create is refused, naming it.
 	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "x", "namespace": "default"}}}
 	assert.ErrorContains(t, nodecp.EnsureResources(ctx, kube, dyn, []*unstructured.Unstructured{secret}), "Secret x: liken's control-plane init creates no Secret")
