@@ -62,7 +62,8 @@ type Options struct {
 	Kernel bool
 	// Follow keeps reading new lines of the current boot until ctx ends.
 	Follow bool
-	// Clock tells the time of --since and --follow's rounds.
+	// Clock tells the time of --since and --follow's rounds, and how long
+	// an answer took.
 	Clock clock.WithTicker
 }
 
@@ -243,12 +244,18 @@ func read(ctx context.Context, client rest.Interface, o Options, since time.Time
 			req = req.Param(k, v)
 		}
 	}
+	start := o.Clock.Now()
 	body, err := req.DoRaw(ctx)
 	if err != nil {
 		return nil, explain(err, o.Machine)
 	}
-	return notes(body, o)
+	return notes(body, o, o.Clock.Since(start))
 }
+
+// kubeletCut is how long an answer may take before it may have been cut:
+// the kubelet stops journalctl 30 s after the query began, and then says
+// nothing.
+const kubeletCut = 29 * time.Second
 
 // explain says what to do about a failed read.
 func explain(err error, machine string) error {
@@ -267,9 +274,9 @@ func explain(err error, machine string) error {
 	return kube.Explain(err, "the logs of machine "+machine)
 }
 
-// notes takes the kubelet's and journalctl's notes out of an answer and
-// says what they mean; the rest is the lines.
-func notes(body []byte, o Options) ([]byte, error) {
+// notes takes the kubelet's and journalctl's notes out of an answer that
+// took the time took, and says what they mean; the rest is the lines.
+func notes(body []byte, o Options, took time.Duration) ([]byte, error) {
 	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("<pre>")) {
 		// A kubelet without the node log query lists /var/log instead.
 		return nil, fmt.Errorf("the kubelet of machine %s does not serve its journal: the machine runs a release older than liken logs; upgrade it, or read its console", o.Machine)
@@ -282,7 +289,7 @@ func notes(body []byte, o Options) ([]byte, error) {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "log not found for "), strings.HasPrefix(line, "options present and query resolved to log files"):
-			errs = append(errs, fmt.Sprintf("machine %s's journal has no lines of %s in this boot: name units as systemd does, without .service (liken-node, kubelet, containerd, etcd, kube-apiserver...)", o.Machine, strings.Join(o.units(), ", ")))
+			errs = append(errs, fmt.Sprintf("machine %s's journal has never had a unit named %s, in any boot it keeps: name units as systemd does, without .service (liken-node, kubelet, containerd, etcd, kube-apiserver...)", o.Machine, unknownUnits(line, o)))
 		case line == "try without specifying options":
 		case strings.HasPrefix(line, "Data from the specified boot"), strings.HasPrefix(line, "No journal files were found"),
 			strings.HasPrefix(line, "Specifying boot ID or boot offset has no effect"):
@@ -301,11 +308,28 @@ func notes(body []byte, o Options) ([]byte, error) {
 			lines.Truncate(len(b) - 1)
 		}
 	}
+	if took >= kubeletCut && !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, "stopped after 30 s") }) {
+		errs = append(errs, fmt.Sprintf("the kubelet of machine %s stops journalctl 30 s after a query begins, and this answer took %s: its newest lines may be missing; narrow the query with --since or --tail", o.Machine, took.Round(time.Second)))
+	}
 	out := lines.Bytes()
 	if len(errs) > 0 {
 		return out, errors.New(strings.Join(slices.Compact(errs), "; "))
 	}
 	return out, nil
+}
+
+// unknownUnits names the units of a kubelet's note that the machine's
+// journal never had: "log not found for UNIT", or "options present and
+// query resolved to log files for [UNIT ...]"; all of o's when the note
+// names none.
+func unknownUnits(note string, o Options) string {
+	if u, ok := strings.CutPrefix(note, "log not found for "); ok && u != "" {
+		return u
+	}
+	if i, j := strings.Index(note, "["), strings.LastIndex(note, "]"); i >= 0 && j > i+1 {
+		return strings.Join(strings.Fields(note[i+1:j]), ", ")
+	}
+	return strings.Join(o.units(), ", ")
 }
 
 // follower prints the lines of each round that the rounds before did not:

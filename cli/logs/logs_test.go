@@ -61,22 +61,26 @@ func TestNotes(t *testing.T) {
 	line := "Dec 07 06:55:01.100000 node-4 kubelet[12]: a\n"
 	for _, tc := range []struct {
 		name, body, lines, err string
+		took                   time.Duration
 	}{
 		{name: "lines only", body: line, lines: line},
 		{name: "journalctl's no entries is no error", body: "-- No entries --\n", lines: "-- No entries --\n"},
 		{name: "a unit with no lines", body: line + "\nlog not found for bogus\n", lines: line,
-			err: "machine node-4's journal has no lines of kubelet, bogus in this boot: name units as systemd does, without .service"},
+			err: "machine node-4's journal has never had a unit named bogus, in any boot it keeps: name units as systemd does, without .service"},
 		{name: "a unit with no lines, with options", body: "\noptions present and query resolved to log files for [bogus]\ntry without specifying options\n",
-			err: "machine node-4's journal has no lines of kubelet, bogus"},
+			err: "machine node-4's journal has never had a unit named bogus, in any"},
 		{name: "no such boot", body: "Data from the specified boot (-1) is not available: No such boot ID in journal\n",
 			err: "machine node-4's journal holds no boot -1 (Data from the specified boot (-1) is not available: No such boot ID in journal): it keeps the boots that fit in 128 MiB"},
 		{name: "the kubelet's 30 s", body: line + "\ncontext error: context deadline exceeded\n", lines: line,
 			err: "stopped after 30 s (context error: context deadline exceeded): narrow the query with --since or --tail"},
+		{name: "an answer that took the kubelet's 30 s", body: line, lines: line, took: 30 * time.Second,
+			err: "the kubelet of machine node-4 stops journalctl 30 s after a query begins, and this answer took 30s: its newest lines may be missing; narrow the query with --since or --tail"},
+		{name: "an answer within the kubelet's time", body: line, lines: line, took: 28 * time.Second},
 		{name: "a release without the log query", body: "<pre>\n<a href=\"dpkg.log\">dpkg.log</a>\n</pre>\n",
 			err: "the kubelet of machine node-4 does not serve its journal: the machine runs a release older than liken logs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lines, err := notes([]byte(tc.body), o)
+			lines, err := notes([]byte(tc.body), o, tc.took)
 			assert.Equal(t, string(lines), tc.lines)
 			if tc.err == "" {
 				assert.NilError(t, err)
