@@ -251,7 +251,9 @@ type Options struct {
 
 // ReadLayerMachine reads the Machine document of the layer a machine was
 // installed from (Options.Layer). An empty path or a missing file is no
-// document.
+// document. Fields this release does not know are left out, not refused:
+// a newer liken may have installed the machine, and only the role and
+// ports are compared.
 func ReadLayerMachine(path string) (*likenv1.Machine, error) {
 	if path == "" {
 		return nil, nil
@@ -264,7 +266,7 @@ func ReadLayerMachine(path string) (*likenv1.Machine, error) {
 		return nil, err
 	}
 	m := &likenv1.Machine{}
-	if err := yaml.UnmarshalStrict(b, m); err != nil {
+	if err := yaml.Unmarshal(b, m); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if m.Kind != "Machine" || m.Name == "" {
