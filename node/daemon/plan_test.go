@@ -576,6 +576,10 @@ func TestLayerMatches(t *testing.T) {
 		msg    string
 	}{
 		{name: "no layer document", status: ""},
+		{name: "no layer document any more: the earlier condition goes", status: "",
+			edit: func(m *likenv1.Machine) {
+				m.Status.Conditions = append(m.Status.Conditions, metav1.Condition{Type: likenv1.ConditionLayerMatches, Status: metav1.ConditionTrue, Reason: "SameAsLayer"})
+			}},
 		{name: "the same", layer: &likenv1.Machine{Spec: likenv1.MachineSpec{Role: likenv1.RoleWorker}}, status: metav1.ConditionTrue},
 		{name: "an unset role is a Worker", layer: &likenv1.Machine{}, status: metav1.ConditionTrue},
 		{name: "another role", layer: &likenv1.Machine{Spec: likenv1.MachineSpec{Role: likenv1.RoleLeader}}, status: metav1.ConditionFalse,

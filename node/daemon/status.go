@@ -176,6 +176,9 @@ func machineStatus(f *facts, v *view) likenv1.MachineStatus {
 		} else {
 			set(likenv1.ConditionLayerMatches, metav1.ConditionTrue, "SameAsLayer", "the Machine's role and ports are those of the layer this machine was installed from")
 		}
+	} else {
+		// Nothing to compare with: a condition from earlier would be stale.
+		meta.RemoveStatusCondition(&st.Conditions, likenv1.ConditionLayerMatches)
 	}
 	// ConfigApplied.
 	if f.Config.Err != nil {
