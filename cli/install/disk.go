@@ -121,8 +121,8 @@ func (h host) openDisk(path string) (*disk, error) {
 }
 
 // prepare sizes an image file (emptied first: every byte reads zero) and
-// wipes the first MiB of the disk: the boot code and partition table are
-// written last.
+// wipes the first and the last MiB of a block device: the boot code and
+// the partition tables are written last.
 func (d *disk) prepare(size int64) error {
 	if !d.device {
 		if err := d.f.Truncate(0); err != nil {
@@ -133,8 +133,12 @@ func (d *disk) prepare(size int64) error {
 		}
 		return nil
 	}
-	if _, err := d.f.WriteAt(make([]byte, mib), 0); err != nil {
-		return fmt.Errorf("wiping the boot sector of %s: %w", d.path, err)
+	// Both ends: a backup GPT left at the end of the disk would let
+	// firmware find the old partitions while the new ones are written.
+	for _, at := range []int64{0, size - mib} {
+		if _, err := d.f.WriteAt(make([]byte, mib), at); err != nil {
+			return fmt.Errorf("wiping the partition tables of %s: %w", d.path, err)
+		}
 	}
 	return d.f.Sync()
 }

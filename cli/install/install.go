@@ -32,28 +32,33 @@ import (
 	"liken.sh/liken/release"
 )
 
-// The disk layout liken install writes (docs/guides/install.md). Sizes and
-// offsets are in bytes; every partition starts on a MiB.
+// The disk layout liken install writes (docs/guides/install.md): a GPT
+// disk that boots from BIOS and from UEFI. Sizes and offsets are in
+// bytes; every partition but the BIOS boot partition starts on a MiB.
 const (
 	mib = 1 << 20
 	// BootLabel, LayerLabel and SlotsLabel are the file system labels of
 	// the boot partition (1), the layer partition (2) and the slot store
-	// partition (3), by which the machine's initramfs finds them.
+	// partition (3), by which GRUB (the boot partition) and the machine's
+	// initramfs find them.
 	BootLabel  = "liken-boot"
 	LayerLabel = "liken-layer"
 	SlotsLabel = "liken-slots"
-	// BootSize and LayerSize are the sizes of the boot and the layer
-	// partitions; the slot store takes the rest of the disk.
+	// BootSize, LayerSize and ESPSize are the sizes of the boot, the
+	// layer and the EFI system partitions; the slot store takes the rest
+	// of the disk.
 	BootSize  = 256 * mib
 	LayerSize = 64 * mib
+	ESPSize   = 64 * mib
+	// ESPLabel is the EFI system partition's FAT label.
+	ESPLabel = "LIKEN-EFI"
+	// EFIBootFile is GRUB's EFI image on the EFI system partition: the
+	// path UEFI firmware boots from a disk without a boot entry of its own.
+	EFIBootFile = "EFI/BOOT/BOOTX64.EFI"
 	// bootBlock is the boot partition's block size: each copy of the
 	// GRUB environment is then exactly one block, which GRUB's save_env
 	// rewrites in place.
 	bootBlock = 1024
-	// GrubPrefix is where GRUB's core image reads grub.cfg: the grub
-	// folder of the first partition (mounted at /boot, that is
-	// /boot/grub, liken-node's --boot-dir).
-	GrubPrefix = "(hd0,msdos1)/grub"
 	// LayerFile and MachineFile are the files of the layer partition: the
 	// deployment layer, and the name of the machine the disk is for.
 	LayerFile   = "layer.tgz"
@@ -80,8 +85,6 @@ const (
 	// before its network starts: its static addresses apply before it
 	// joins.
 	NetworkDir = "network"
-	// maxMBRBytes is the most an MBR partition table addresses.
-	maxMBRBytes = int64(1<<32-1) * diskimage.SectorSize
 )
 
 // NewCommand returns liken install.
@@ -92,8 +95,9 @@ func NewCommand() *cobra.Command {
 		Use:   "install --disk PATH --release URL|DIR --layer layer.tgz --machine NAME",
 		Short: "Write a machine's disk: GRUB, slot A with a release, and the deployment layer",
 		Long: `Write a liken machine's disk: an image file (created or resized) or a block
-device (all of it is overwritten). The disk gets an MBR partition table
-with GRUB for BIOS, a boot partition (grub.cfg, the boot state with slot A
+device (all of it is overwritten). The disk gets a GPT partition table
+and boots from UEFI (GRUB on an EFI system partition) and from BIOS (GRUB
+in a BIOS boot partition) alike, a boot partition (grub.cfg, the boot state with slot A
 proven, and slot A's kernel and initramfs), the deployment layer (a
 worker's without the identity's private keys: it joins with the token and
 never signs) and the name of the machine, and the slot store: slot A holds the release, slot B
@@ -109,9 +113,10 @@ liken install refuses a disk that is mounted, used as swap, held by the
 device mapper, RAID or LVM, opened exclusively by another program, or an
 image file attached to a loop device.
 
-GRUB comes from this computer (grub-mkimage and /usr/lib/grub/i386-pc, from
-Debian's grub-pc-bin) or, when it has none, is fetched with apt-get download
-and unpacked under the user's cache folder. Writing the partitions needs
+GRUB comes from this computer (grub-mkimage, /usr/lib/grub/i386-pc and
+/usr/lib/grub/x86_64-efi, from Debian's grub-pc-bin and grub-efi-amd64-bin)
+or, when it has either build missing, is fetched with apt-get download and
+unpacked under the user's cache folder. Writing the partitions needs
 mke2fs (e2fsprogs) and no root, except for the permission to write a block
 device.`,
 		Example: `  # A disk image for a virtual machine
@@ -185,12 +190,35 @@ type Options struct {
 	host host // the machine's view of mounts and devices; zero is the real one
 }
 
-// BootCode is GRUB for BIOS: the boot sector and the core image.
+// BootCode is GRUB for BIOS and UEFI (BootCodeOf).
 type BootCode struct {
 	// BootImg is GRUB's boot.img (512 bytes).
 	BootImg []byte
-	// CoreImg is the core image, built for GrubPrefix.
+	// CoreImg is the BIOS core image, which finds the boot partition by
+	// its label (BootLabel).
 	CoreImg []byte
+	// EFIImg is GRUB's EFI image (EFIBootFile), which finds the boot
+	// partition the same way.
+	EFIImg []byte
+}
+
+// BootCodeOf builds the boot code of liken's disks from g: both images
+// find the boot partition by BootLabel and read grub.cfg from its grub
+// folder (mounted at /boot, that is /boot/grub, liken-node's --boot-dir).
+func BootCodeOf(g diskimage.GRUB) (*BootCode, error) {
+	bootImg, err := g.BootImage()
+	if err != nil {
+		return nil, err
+	}
+	core, err := g.CoreImageFor(BootLabel)
+	if err != nil {
+		return nil, err
+	}
+	efi, err := g.EFIImageFor(BootLabel)
+	if err != nil {
+		return nil, err
+	}
+	return &BootCode{BootImg: bootImg, CoreImg: core, EFIImg: efi}, nil
 }
 
 // Result describes a written disk.
@@ -199,8 +227,9 @@ type Result struct {
 	Version string
 	// Size is the disk's size in bytes.
 	Size int64
-	// Partitions are the partition table.
-	Partitions []diskimage.Partition
+	// Partitions are the GPT's entries: boot, layer, slot store, BIOS
+	// boot, EFI system (Part* name their indexes).
+	Partitions []diskimage.GPTPartition
 }
 
 // Install writes the disk (see the command's help). It checks everything
@@ -307,7 +336,10 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	case !d.device:
 		size = o.Size
 	}
-	parts := layout(size)
+	parts, err := layout(size)
+	if err != nil {
+		return nil, err
+	}
 	step("Disk %s: %s %s, not in use", o.Disk, diskKind(d.device), cmdutil.HumanBytes(size))
 
 	// 4. GRUB.
@@ -347,7 +379,7 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	}
 	for i := range fss {
 		fs := &fss[i]
-		fs.Offset, fs.Size = int64(parts[i].Start)*diskimage.SectorSize, int64(parts[i].Sectors)*diskimage.SectorSize
+		fs.Offset, fs.Size = partBytes(parts.Partitions[i])
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -360,18 +392,37 @@ func Install(ctx context.Context, o Options) (_ *Result, err error) {
 	if err := d.reopen(); err != nil {
 		return nil, err
 	}
-	step("GRUB's boot code and the partition table")
-	if err := diskimage.WriteBootCode(d.f, code.BootImg, code.CoreImg, parts); err != nil {
-		return nil, fmt.Errorf("writing GRUB to %s: %w", o.Disk, err)
+	espAt, espSize := partBytes(parts.Partitions[PartESP])
+	step("Partition %d, the EFI system partition: FAT32 of %s holding GRUB for UEFI (%s)", PartESP+1, cmdutil.HumanBytes(espSize), EFIBootFile)
+	if err := diskimage.WriteFAT32(d.f, espAt, espSize, ESPLabel, map[string][]byte{EFIBootFile: code.EFIImg}); err != nil {
+		return nil, fmt.Errorf("writing the EFI system partition of %s: %w", o.Disk, err)
+	}
+	biosAt, biosSize := partBytes(parts.Partitions[PartBIOSBoot])
+	bootSector, core, err := diskimage.BIOSBootCode(code.BootImg, code.CoreImg, uint64(biosAt/diskimage.SectorSize))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(core)) > biosSize {
+		return nil, fmt.Errorf("GRUB's BIOS core image (%d bytes) does not fit in the BIOS boot partition (%d bytes)", len(core), biosSize)
+	}
+	step("Partition %d, the BIOS boot partition: GRUB for BIOS", PartBIOSBoot+1)
+	if _, err := d.f.WriteAt(core, biosAt); err != nil {
+		return nil, fmt.Errorf("writing GRUB's core image to %s: %w", o.Disk, err)
 	}
 	if err := d.f.Sync(); err != nil {
 		return nil, fmt.Errorf("flushing %s: %w", o.Disk, err)
+	}
+	// The partition table last (it flushes each copy): a disk whose
+	// writing stopped before it has none, and boots nothing.
+	step("The partition table (GPT) and GRUB's boot sector")
+	if err := diskimage.WriteGPT(d.f, size, parts, bootSector); err != nil {
+		return nil, fmt.Errorf("writing the partition table of %s: %w", o.Disk, err)
 	}
 	if err := d.Close(); err != nil {
 		return nil, err
 	}
 	step("Done")
-	return &Result{Version: target.Version, Size: size, Partitions: parts}, nil
+	return &Result{Version: target.Version, Size: size, Partitions: parts.Partitions}, nil
 }
 
 // installFolder writes the partitions' content into o.Folder: first into
@@ -472,26 +523,71 @@ func diskKind(device bool) string {
 	return "image file of"
 }
 
-// minDiskSize is the smallest disk for a release of total bytes: GRUB's
-// MiB, the boot and layer partitions, and a slot store for two releases
-// with room for the file system and the machine's state.
+// minDiskSize is the smallest disk for a release of total bytes: the
+// partition tables' MiB at each end, the EFI system, boot and layer
+// partitions, and a slot store for two releases with room for the file
+// system and the machine's state.
 func minDiskSize(total int64) int64 {
 	store := 2*total + total/4 + 128*mib
-	return roundMiB(mib + BootSize + LayerSize + store)
+	return roundMiB(2*mib + ESPSize + BootSize + LayerSize + store)
 }
 
 func roundMiB(n int64) int64 { return (n + mib - 1) / mib * mib }
 
-// layout places the three partitions on a disk of size bytes: boot, layer,
-// then the slot store up to the end (or to what an MBR addresses).
-func layout(size int64) []diskimage.Partition {
-	size = min(size, maxMBRBytes) / mib * mib
+// Indexes of Result.Partitions, in the order of the GPT's entries: the
+// kernel names the boot partition sda1 (or vda1, nvme0n1p1) whatever the
+// disk's firmware.
+const (
+	PartBoot = iota
+	PartLayer
+	PartSlots
+	PartBIOSBoot
+	PartESP
+)
+
+// layout places the partitions on a disk of size bytes: the BIOS boot
+// partition in the sectors between the GPT and the first MiB, the EFI
+// system partition, boot, layer, then the slot store up to the last whole
+// MiB before the backup GPT. Each partition gets a random GUID.
+func layout(size int64) (diskimage.GPT, error) {
 	const s = diskimage.SectorSize
-	boot := diskimage.Partition{Start: diskimage.FirstSector, Sectors: BootSize / s, Type: diskimage.TypeLinux, Active: true}
-	lay := diskimage.Partition{Start: boot.Start + boot.Sectors, Sectors: LayerSize / s, Type: diskimage.TypeLinux}
-	st := lay.Start + lay.Sectors
-	store := diskimage.Partition{Start: st, Sectors: uint32(size/s) - st, Type: diskimage.TypeLinux}
-	return []diskimage.Partition{boot, lay, store}
+	first, last := diskimage.GPTUsable(uint64(size / s))
+	sectors := func(bytes int64) uint64 { return uint64(bytes / s) }
+	type span struct {
+		name        string
+		typ         diskimage.GUID
+		first, last uint64
+	}
+	esp := sectors(mib)
+	boot := esp + sectors(ESPSize)
+	lay := boot + sectors(BootSize)
+	store := lay + sectors(LayerSize)
+	storeEnd := (last+1)/sectors(mib)*sectors(mib) - 1
+	spans := []span{
+		PartBoot:     {BootLabel, diskimage.GUIDLinuxFS, boot, lay - 1},
+		PartLayer:    {LayerLabel, diskimage.GUIDLinuxFS, lay, store - 1},
+		PartSlots:    {SlotsLabel, diskimage.GUIDLinuxFS, store, storeEnd},
+		PartBIOSBoot: {"BIOS boot", diskimage.GUIDBIOSBoot, first, esp - 1},
+		PartESP:      {"EFI system", diskimage.GUIDESP, esp, boot - 1},
+	}
+	g := diskimage.GPT{}
+	var err error
+	if g.DiskID, err = diskimage.NewGUID(); err != nil {
+		return g, err
+	}
+	for _, sp := range spans {
+		p := diskimage.GPTPartition{Type: sp.typ, First: sp.first, Last: sp.last, Name: sp.name}
+		if p.ID, err = diskimage.NewGUID(); err != nil {
+			return g, err
+		}
+		g.Partitions = append(g.Partitions, p)
+	}
+	return g, nil
+}
+
+// partBytes is where partition p starts and how long it is, in bytes.
+func partBytes(p diskimage.GPTPartition) (offset, size int64) {
+	return int64(p.First) * diskimage.SectorSize, int64(p.Last-p.First+1) * diskimage.SectorSize
 }
 
 // writeBootTree writes the boot partition's GRUB folder: grub.cfg and the
@@ -668,13 +764,5 @@ func findBootCode(logf func(string, ...any)) (*BootCode, error) {
 	if err != nil {
 		return nil, err
 	}
-	bootImg, err := g.BootImage()
-	if err != nil {
-		return nil, err
-	}
-	core, err := g.CoreImage(GrubPrefix)
-	if err != nil {
-		return nil, err
-	}
-	return &BootCode{BootImg: bootImg, CoreImg: core}, nil
+	return BootCodeOf(g)
 }

@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -110,8 +111,14 @@ spec:
 	return p
 }
 
-// testBootCode stands for GRUB: recognisable bytes where GRUB's go.
-var testBootCode = &BootCode{BootImg: bytes.Repeat([]byte{0xb0}, diskimage.SectorSize), CoreImg: bytes.Repeat([]byte("core"), 8000)}
+// testBootCode stands for GRUB: recognisable bytes where GRUB's go, and
+// the BIOS core image's block list starting at sector 2, as grub-mkimage
+// leaves it.
+var testBootCode = func() *BootCode {
+	core := bytes.Repeat([]byte("core"), 8000)
+	binary.LittleEndian.PutUint64(core[diskimage.SectorSize-12:], 2)
+	return &BootCode{BootImg: bytes.Repeat([]byte{0xb0}, diskimage.SectorSize), CoreImg: core, EFIImg: bytes.Repeat([]byte("efi!"), 5000)}
+}()
 
 func (f *fixture) options(t *testing.T, layerFile string) Options {
 	return Options{
@@ -130,16 +137,16 @@ func writeFile(t *testing.T, name, content string) string {
 
 // partFile reads a file from the ext file system of partition i with
 // debugfs.
-func partFile(t *testing.T, disk string, p diskimage.Partition, path string) []byte {
+func partFile(t *testing.T, disk string, p diskimage.GPTPartition, path string) []byte {
 	t.Helper()
-	out, err := exec.Command("debugfs", "-R", "cat "+path, fmt.Sprintf("%s?offset=%d", disk, int64(p.Start)*diskimage.SectorSize)).Output()
+	out, err := exec.Command("debugfs", "-R", "cat "+path, fmt.Sprintf("%s?offset=%d", disk, int64(p.First)*diskimage.SectorSize)).Output()
 	assert.NilError(t, err, "debugfs cat %s", path)
 	return out
 }
 
-func partList(t *testing.T, disk string, p diskimage.Partition, dir string) []string {
+func partList(t *testing.T, disk string, p diskimage.GPTPartition, dir string) []string {
 	t.Helper()
-	out, err := exec.Command("debugfs", "-R", "ls "+dir, fmt.Sprintf("%s?offset=%d", disk, int64(p.Start)*diskimage.SectorSize)).Output()
+	out, err := exec.Command("debugfs", "-R", "ls "+dir, fmt.Sprintf("%s?offset=%d", disk, int64(p.First)*diskimage.SectorSize)).Output()
 	assert.NilError(t, err, "debugfs ls %s", dir)
 	var names []string
 	for _, n := range strings.Fields(string(out)) {
@@ -191,21 +198,47 @@ func TestInstallImage(t *testing.T) {
 			disk, err := os.ReadFile(o.Disk)
 			assert.NilError(t, err)
 
-			// The partition table and GRUB.
-			parts, err := diskimage.ReadPartitions(disk[:512])
+			// The partition table and GRUB for both firmwares.
+			gpt, err := diskimage.ReadGPT(bytes.NewReader(disk), int64(len(disk)))
 			assert.NilError(t, err)
+			parts := gpt.Partitions
 			assert.DeepEqual(t, parts, res.Partitions)
-			assert.Assert(t, is.Len(parts, 3))
-			assert.Check(t, is.Equal(parts[0].Start, uint32(2048)))
-			assert.Check(t, parts[0].Active && !parts[1].Active && !parts[2].Active)
-			assert.Check(t, is.Equal(int64(parts[0].Sectors)*512, int64(BootSize)))
-			assert.Check(t, is.Equal(int64(parts[1].Sectors)*512, int64(LayerSize)))
-			assert.Check(t, is.Equal(int64(parts[2].Start+parts[2].Sectors)*512, fi.Size()), "the slot store takes the rest of the disk")
-			assert.Check(t, bytes.Equal(disk[:0x66], testBootCode.BootImg[:0x66]), "boot.img in the MBR")
-			assert.Check(t, bytes.Equal(disk[512:512+len(testBootCode.CoreImg)], testBootCode.CoreImg), "the core image from sector 1")
+			assert.Assert(t, is.Len(parts, 5))
+			size := func(p diskimage.GPTPartition) int64 { return int64(p.Last-p.First+1) * 512 }
+			for i, want := range []struct {
+				name  string
+				typ   diskimage.GUID
+				bytes int64
+			}{
+				PartBoot:     {BootLabel, diskimage.GUIDLinuxFS, BootSize},
+				PartLayer:    {LayerLabel, diskimage.GUIDLinuxFS, LayerSize},
+				PartSlots:    {SlotsLabel, diskimage.GUIDLinuxFS, size(parts[PartSlots])},
+				PartBIOSBoot: {"BIOS boot", diskimage.GUIDBIOSBoot, (2048 - 34) * 512},
+				PartESP:      {"EFI system", diskimage.GUIDESP, ESPSize},
+			} {
+				assert.Check(t, is.Equal(parts[i].Name, want.name))
+				assert.Check(t, is.Equal(parts[i].Type, want.typ), want.name)
+				assert.Check(t, is.Equal(size(parts[i]), want.bytes), want.name)
+			}
+			assert.Check(t, is.Equal(parts[PartBIOSBoot].First, uint64(34)), "the BIOS boot partition right after the GPT")
+			assert.Check(t, is.Equal(parts[PartESP].First, uint64(2048)))
+			assert.Check(t, is.Equal(parts[PartBoot].First, parts[PartESP].Last+1))
+			assert.Check(t, fi.Size()-int64(parts[PartSlots].Last+1)*512 < 2<<20, "the slot store takes the rest of the disk but the backup GPT's MiB")
+			// BIOS: boot.img in the protective MBR, reading the core image
+			// from the BIOS boot partition; its block list continues there.
+			assert.Check(t, bytes.Equal(disk[:0x5c], testBootCode.BootImg[:0x5c]), "boot.img in the MBR")
+			assert.Check(t, is.Equal(binary.LittleEndian.Uint64(disk[0x5c:]), uint64(34)), "boot.img reads the core image from sector 34")
+			core := disk[34*512 : 34*512+len(testBootCode.CoreImg)]
+			assert.Check(t, is.Equal(binary.LittleEndian.Uint64(core[512-12:]), uint64(35)), "the core image's block list from sector 35")
+			assert.Check(t, bytes.Equal(core[512:], testBootCode.CoreImg[512:]), "the core image")
+			// UEFI: a FAT32 file system on the EFI system partition
+			// holding GRUB's EFI image (e2e/boot boots it with OVMF).
+			esp := disk[parts[PartESP].First*512 : (parts[PartESP].Last+1)*512]
+			assert.Check(t, is.Equal(string(esp[82:90]), "FAT32   "))
+			assert.Check(t, bytes.Contains(esp, testBootCode.EFIImg), "GRUB's EFI image on the EFI system partition")
 
-			for i, p := range parts {
-				out, err := exec.Command("e2fsck", "-fn", fmt.Sprintf("%s?offset=%d", o.Disk, int64(p.Start)*512)).CombinedOutput()
+			for i, p := range parts[:PartSlots+1] {
+				out, err := exec.Command("e2fsck", "-fn", fmt.Sprintf("%s?offset=%d", o.Disk, int64(p.First)*512)).CombinedOutput()
 				assert.Check(t, err, "partition %d: %s", i+1, out)
 			}
 
@@ -270,7 +303,7 @@ func TestInstallImage(t *testing.T) {
 			assert.Check(t, is.Equal(join.Clusters[ctx.Cluster].Server, "https://10.0.0.10:6443"))
 			assert.Check(t, bytes.Equal(join.Clusters[ctx.Cluster].CertificateAuthorityData, l.Identity.Files["server-ca.crt"]))
 			assert.Check(t, is.Equal(join.AuthInfos[ctx.AuthInfo].Token, own.Token))
-			stat, err := exec.Command("debugfs", "-R", "stat /"+BootstrapFile, fmt.Sprintf("%s?offset=%d", o.Disk, int64(parts[1].Start)*512)).Output()
+			stat, err := exec.Command("debugfs", "-R", "stat /"+BootstrapFile, fmt.Sprintf("%s?offset=%d", o.Disk, int64(parts[1].First)*512)).Output()
 			assert.NilError(t, err)
 			assert.Check(t, is.Contains(string(stat), "Mode:  0600"))
 
@@ -305,10 +338,10 @@ func TestInstallImage(t *testing.T) {
 // folders 0700 and files 0600, a config.yaml that controlplane.Load
 // accepts with this leader's configuration, and the identity, with which
 // controlplane.Setup issues the control plane's certificates.
-func checkLeaderDir(t *testing.T, disk string, p diskimage.Partition, l *layer.Layer) {
+func checkLeaderDir(t *testing.T, disk string, p diskimage.GPTPartition, l *layer.Layer) {
 	t.Helper()
 	mode := func(file string) string {
-		out, err := exec.Command("debugfs", "-R", "stat "+file, fmt.Sprintf("%s?offset=%d", disk, int64(p.Start)*diskimage.SectorSize)).Output()
+		out, err := exec.Command("debugfs", "-R", "stat "+file, fmt.Sprintf("%s?offset=%d", disk, int64(p.First)*diskimage.SectorSize)).Output()
 		assert.NilError(t, err)
 		_, m, _ := strings.Cut(string(out), "Mode:  ")
 		return strings.Fields(m)[0]
@@ -424,7 +457,7 @@ func TestInstallRefuses(t *testing.T) {
 				t.Setenv("PATH", t.TempDir())
 				t.Setenv("XDG_CACHE_HOME", t.TempDir())
 			},
-			want: "no GRUB for BIOS on this computer",
+			want: "no GRUB for both BIOS and EFI on this computer",
 		},
 		{
 			name:   "an image file too small",

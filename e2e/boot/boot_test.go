@@ -73,6 +73,8 @@ type machine struct {
 	spec DiskSpec
 	runs int
 	vm   *VM
+	// uefiVars, when set, boots the machine with UEFI (qemu.Hardware).
+	uefiVars string
 }
 
 func newMachine(t *testing.T, spec DiskSpec) *machine {
@@ -87,7 +89,9 @@ func newMachine(t *testing.T, spec DiskSpec) *machine {
 func (m *machine) powerOn() {
 	m.t.Helper()
 	logPath := m.nextLog()
-	vm, err := m.kit.Start(m.disk.Path, logPath, BootTest)
+	hw := BootTest
+	hw.UEFIVars = m.uefiVars
+	vm, err := m.kit.Start(m.disk.Path, logPath, hw)
 	assert.NilError(m.t, err)
 	m.started(vm, logPath)
 }

@@ -1,6 +1,7 @@
 package boote2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -21,12 +22,27 @@ import (
 )
 
 // TestInstalledDisk boots, with the real GRUB, a disk written by liken
-// install from a release whose kernel and initramfs are artifacts. The
-// boot state arms a trial of slot B, which holds no release and so no
-// kernel: GRUB clears the flag, cannot load B, and boots slot A with the
-// kernel and initramfs liken install put on the boot partition.
+// install from a release whose kernel and initramfs are artifacts, once
+// from BIOS (SeaBIOS) and once from UEFI (OVMF): the same disk boots
+// either way. The boot state arms a trial of slot B, which holds no
+// release and so no kernel: GRUB clears the flag, cannot load B, and boots
+// slot A with the kernel and initramfs liken install put on the boot
+// partition.
 func TestInstalledDisk(t *testing.T) {
 	t.Parallel()
+	for _, uefi := range []bool{false, true} {
+		name := "BIOS"
+		if uefi {
+			name = "UEFI"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bootInstalledDisk(t, uefi)
+		})
+	}
+}
+
+func bootInstalledDisk(t *testing.T, uefi bool) {
 	k := kit(t)
 	dir := t.TempDir()
 
@@ -77,20 +93,20 @@ spec: {cluster: vmcluster, role: Leader, rebootPolicy: Auto}
 	assert.NilError(t, (&layer.Layer{Cluster: cluster, Machines: machines, Identity: id, Tokens: tokens}).WriteFile(layerFile, false))
 
 	// liken install, with the kit's GRUB.
-	g := diskimage.UnpackedGRUB(k.Root)
-	bootImg, err := g.BootImage()
-	assert.NilError(t, err)
-	core, err := g.CoreImage(install.GrubPrefix)
+	code, err := install.BootCodeOf(diskimage.UnpackedGRUB(k.Root))
 	assert.NilError(t, err)
 	diskPath := filepath.Join(dir, "disk.img")
 	res, err := install.Install(context.Background(), install.Options{
 		Disk: diskPath, Release: rel.Dir, Layer: layerFile, Machine: "vm-1",
-		GRUB: &install.BootCode{BootImg: bootImg, CoreImg: core}, TempDir: dir,
+		GRUB: code, TempDir: dir,
 	})
 	assert.NilError(t, err)
+	if uefi {
+		checkESP(t, k, diskPath, res.Partitions[install.PartESP], code.EFIImg)
+	}
 
 	// Arm a trial of B in both copies, in place.
-	bootOffset := int64(res.Partitions[0].Start) * diskimage.SectorSize
+	bootOffset := int64(res.Partitions[install.PartBoot].First) * diskimage.SectorSize
 	d := &Disk{Path: diskPath, envOffset: map[string]int64{}}
 	for _, name := range []string{boot.EnvFile, boot.BackupFile} {
 		blk, err := bmap(fmt.Sprintf("%s?offset=%d", diskPath, bootOffset), "/grub/"+name)
@@ -102,10 +118,35 @@ spec: {cluster: vmcluster, role: Leader, rebootPolicy: Auto}
 	assert.NilError(t, d.WriteEnv(boot.BackupFile, backup))
 
 	m := &machine{t: t, kit: k, disk: d, spec: DiskSpec{Primary: primary, Backup: backup}}
+	if uefi {
+		m.uefiVars = filepath.Join(dir, "uefi-vars.fd")
+		assert.NilError(t, k.NewUEFIVars(m.uefiVars))
+	}
 	m.powerOn()
 	m.expectLine("liken: slot B could not be loaded")
 	f := m.expectBoot(boot.SlotA, false)
 	assert.Equal(t, f["state"], "A/-")
 	m.waitPowerOff()
 	m.assertStates(boot.State{Proven: boot.SlotA})
+}
+
+// checkESP checks the EFI system partition p of disk with Debian's own
+// FAT tools: fsck.fat finds nothing to repair, and mtools reads GRUB's EFI
+// image back from where UEFI firmware looks for it.
+func checkESP(t *testing.T, k *Kit, disk string, p diskimage.GPTPartition, efi []byte) {
+	t.Helper()
+	b, err := os.ReadFile(disk)
+	assert.NilError(t, err)
+	esp := filepath.Join(t.TempDir(), "esp.img")
+	assert.NilError(t, os.WriteFile(esp, b[p.First*diskimage.SectorSize:(p.Last+1)*diskimage.SectorSize], 0o644))
+	out, err := k.Command("fsck.fat", "-n", "-V", esp).CombinedOutput()
+	assert.NilError(t, err, "fsck.fat on the EFI system partition:\n%s", out)
+	got := filepath.Join(t.TempDir(), "bootx64.efi")
+	cmd := k.Command("mcopy", "-i", esp, "::/"+install.EFIBootFile, got)
+	cmd.Env = append(cmd.Env, "MTOOLS_SKIP_CHECK=1")
+	out, err = cmd.CombinedOutput()
+	assert.NilError(t, err, "mcopy from the EFI system partition:\n%s", out)
+	read, err := os.ReadFile(got)
+	assert.NilError(t, err)
+	assert.Check(t, bytes.Equal(read, efi), "GRUB's EFI image read back from the EFI system partition differs (%d bytes, want %d)", len(read), len(efi))
 }

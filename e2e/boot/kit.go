@@ -2,8 +2,9 @@
 //
 // Everything comes from Debian packages fetched with `apt-get download`
 // and unpacked with `dpkg -x` under _output/boot (no root, no loop
-// devices, nothing installed): QEMU and SeaBIOS to run the machine, GRUB's
-// BIOS build for the disk, a Debian kernel and its modules for the slots.
+// devices, nothing installed): QEMU, SeaBIOS and OVMF to run the machine,
+// GRUB's BIOS and EFI builds for the disk, a Debian kernel and its modules
+// for the slots, Debian's FAT tools to check an EFI system partition.
 // The folder is a cache: a second run reuses it.
 package boote2e
 
@@ -115,7 +116,9 @@ func (k *Kit) fetch(logf func(string, ...any)) error {
 		}
 		return err
 	}
-	k.Tools, err = qemu.Fetch(k.Dir, []string{kernelPkg}, logf)
+	// dosfstools and mtools check the EFI system partition liken install
+	// writes (TestInstalledDisk).
+	k.Tools, err = qemu.Fetch(k.Dir, []string{kernelPkg, "dosfstools", "mtools"}, logf)
 	return err
 }
 

@@ -75,12 +75,8 @@ func newLab(t *testing.T) *lab {
 	}
 	l.kit, err = boote2e.Prepare(t.Logf)
 	assert.NilError(t, err)
-	g := diskimage.UnpackedGRUB(l.kit.Root)
-	bootImg, err := g.BootImage()
+	l.grub, err = install.BootCodeOf(diskimage.UnpackedGRUB(l.kit.Root))
 	assert.NilError(t, err)
-	core, err := g.CoreImage(install.GrubPrefix)
-	assert.NilError(t, err)
-	l.grub = &install.BootCode{BootImg: bootImg, CoreImg: core}
 
 	// The control plane serves with the server CA of the cluster identity
 	// the machines' layer carries; it takes their join tokens when the

@@ -14,12 +14,12 @@ import (
 	"liken.sh/liken/internal/debpkg"
 )
 
-// Packages are the Debian packages unpacked: QEMU and SeaBIOS to run a
-// machine, GRUB's BIOS build for its disk, and QEMU's shared libraries
-// that a machine without QEMU lacks.
+// Packages are the Debian packages unpacked: QEMU, SeaBIOS and OVMF (UEFI)
+// to run a machine, GRUB's BIOS and EFI builds for its disk, and QEMU's
+// shared libraries that a machine without QEMU lacks.
 var Packages = []string{
-	"qemu-system-x86", "qemu-system-common", "qemu-system-data", "seabios",
-	"grub-pc-bin", "grub-common",
+	"qemu-system-x86", "qemu-system-common", "qemu-system-data", "seabios", "ovmf",
+	"grub-pc-bin", "grub-efi-amd64-bin", "grub-common",
 	"libaio1", "libcapstone4", "libdaxctl1", "libfdt1", "libfuse3-3", "libibverbs1",
 	"libndctl6", "libnl-3-200", "libnl-route-3-200", "libpmem1", "librdmacm1",
 	"libslirp0", "liburing2", "libvdeplug2",
@@ -97,6 +97,10 @@ type Hardware struct {
 	// Segment, when set, gives the machine a second virtio port on a
 	// network segment shared with other machines.
 	Segment *Segment
+	// UEFIVars, when set, boots the machine with UEFI (Debian's OVMF)
+	// instead of BIOS (SeaBIOS): it is the machine's own file of UEFI
+	// variables, made by NewUEFIVars.
+	UEFIVars string
 }
 
 // UserMAC is the hardware address of the port on QEMU's user network.
@@ -137,6 +141,11 @@ func (t *Tools) Args(disk string, hw Hardware, console string) []string {
 	if accel == "" {
 		accel = "tcg"
 	}
+	if hw.UEFIVars != "" {
+		nic = append(nic,
+			"-drive", "if=pflash,format=raw,readonly=on,file="+escape(filepath.Join(t.Root, ovmfCode)),
+			"-drive", "if=pflash,format=raw,file="+escape(hw.UEFIVars))
+	}
 	return append(nic,
 		"-accel", accel, "-machine", "pc", "-m", strconv.Itoa(hw.MemoryMiB), "-smp", strconv.Itoa(hw.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
@@ -145,6 +154,22 @@ func (t *Tools) Args(disk string, hw Hardware, console string) []string {
 		"-drive", "file="+escape(disk)+",format=raw,if=virtio,cache=writeback",
 		"-boot", "strict=on",
 	)
+}
+
+// OVMF's firmware and the template of its variables, in Debian's ovmf.
+const (
+	ovmfCode = "usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfVars = "usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// NewUEFIVars writes a machine's file of UEFI variables at path: OVMF's
+// empty template, which the firmware then writes its boot entries to.
+func (t *Tools) NewUEFIVars(path string) error {
+	b, err := os.ReadFile(filepath.Join(t.Root, ovmfVars))
+	if err != nil {
+		return fmt.Errorf("OVMF's variables template (Debian's ovmf): %w", err)
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // escape writes a path as a value of QEMU's option syntax, which escapes

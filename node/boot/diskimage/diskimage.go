@@ -27,11 +27,20 @@ const SectorSize = 512
 // core image lives in the sectors before it.
 const FirstSector = 2048
 
-// Modules go into GRUB's core image, so GRUB reads nothing but grub.cfg,
-// grubenv and the kernels from the boot partition.
+// Modules go into GRUB's BIOS core image, so GRUB reads nothing but
+// grub.cfg, grubenv and the kernels from the boot partition. part_gpt
+// reads liken's disks, part_msdos the test disks of e2e/boot; search
+// finds the boot partition by its label.
 var Modules = []string{
-	"biosdisk", "part_msdos", "ext2", "normal", "configfile", "linux", "loadenv",
-	"test", "echo", "reboot", "halt", "sleep", "serial", "terminal",
+	"biosdisk", "part_msdos", "part_gpt", "ext2", "normal", "configfile", "linux", "loadenv",
+	"test", "echo", "reboot", "halt", "sleep", "serial", "terminal", "search", "search_label",
+}
+
+// EFIModules go into GRUB's EFI image: the same, with the EFI console
+// and the firmware's disks instead of the BIOS's.
+var EFIModules = []string{
+	"part_gpt", "ext2", "normal", "configfile", "linux", "loadenv",
+	"test", "echo", "reboot", "halt", "sleep", "serial", "terminal", "search", "search_label", "efi_gop",
 }
 
 // Partition is one entry of an MBR partition table.
@@ -82,6 +91,43 @@ func BootSector(bootImg []byte, parts []Partition) ([]byte, error) {
 	return mbr, nil
 }
 
+// BIOSBootCode is GRUB's boot.img and core image made to boot a GPT disk
+// from BIOS with the core image at sector coreSector (a BIOS boot
+// partition), as grub-bios-setup does: boot.img reads the core image's
+// first sector from coreSector, and that sector (diskboot.img) reads the
+// rest from the sectors after it. The boot code returned goes into the
+// protective MBR (WriteGPT), the core image at coreSector.
+func BIOSBootCode(bootImg, coreImg []byte, coreSector uint64) (boot, core []byte, err error) {
+	if len(bootImg) != SectorSize {
+		return nil, nil, fmt.Errorf("GRUB's boot.img is %d bytes, want %d: is it the i386-pc boot.img of grub-pc-bin?", len(bootImg), SectorSize)
+	}
+	if len(coreImg) < SectorSize {
+		return nil, nil, fmt.Errorf("GRUB's core image is %d bytes, shorter than its first sector", len(coreImg))
+	}
+	boot = append([]byte(nil), bootImg...)
+	boot[0x66], boot[0x67] = 0x90, 0x90
+	binary.LittleEndian.PutUint64(boot[bootKernelSector:], coreSector)
+	core = append([]byte(nil), coreImg...)
+	// The first block list entry sits at the end of the first sector:
+	// its start (8 bytes), length and segment. grub-mkimage leaves the
+	// start at 2, the sector after a core image written at sector 1.
+	list := core[SectorSize-blockListSize:]
+	if start := binary.LittleEndian.Uint64(list); start != 2 {
+		return nil, nil, fmt.Errorf("GRUB's core image starts its block list at sector %d, not 2: not a core image of grub-mkimage -O i386-pc", start)
+	}
+	binary.LittleEndian.PutUint64(list, coreSector+1)
+	return boot, core, nil
+}
+
+// Offsets in GRUB's BIOS boot code (grub's include/grub/i386/pc/boot.h).
+const (
+	// bootKernelSector is where boot.img keeps the sector of the core
+	// image's first sector.
+	bootKernelSector = 0x5c
+	// blockListSize is the size of one block list entry of diskboot.img.
+	blockListSize = 12
+)
+
 // ReadPartitions reads the partition table of an MBR sector.
 func ReadPartitions(mbr []byte) ([]Partition, error) {
 	if len(mbr) < SectorSize || mbr[510] != 0x55 || mbr[511] != 0xaa {
@@ -121,8 +167,9 @@ func WriteBootCode(w io.WriterAt, bootImg, coreImg []byte, parts []Partition) er
 	return err
 }
 
-// GRUB is GRUB's BIOS build: grub-mkimage and the i386-pc folder of
-// grub-pc-bin (boot.img and the modules).
+// GRUB is GRUB's BIOS and EFI builds: grub-mkimage, the i386-pc folder
+// of grub-pc-bin (boot.img and the modules) and the x86_64-efi folder of
+// grub-efi-amd64-bin.
 type GRUB struct {
 	// Mkimage is the grub-mkimage program.
 	Mkimage string
@@ -131,6 +178,8 @@ type GRUB struct {
 	Env []string
 	// Dir is the i386-pc folder (/usr/lib/grub/i386-pc).
 	Dir string
+	// EFIDir is the x86_64-efi folder (/usr/lib/grub/x86_64-efi).
+	EFIDir string
 }
 
 // BootImage reads boot.img.
@@ -138,16 +187,54 @@ func (g GRUB) BootImage() ([]byte, error) {
 	return os.ReadFile(filepath.Join(g.Dir, "boot.img"))
 }
 
-// CoreImage builds GRUB's core image with Modules that reads its
+// CoreImage builds GRUB's BIOS core image with Modules that reads its
 // configuration from prefix, such as (hd0,msdos1)/grub.
 func (g GRUB) CoreImage(prefix string) ([]byte, error) {
+	return g.mkimage("i386-pc", g.Dir, prefix, "", Modules)
+}
+
+// CoreImageFor builds GRUB's BIOS core image that finds the file system
+// labelled label and reads grub.cfg from its grub folder.
+func (g GRUB) CoreImageFor(label string) ([]byte, error) {
+	return g.mkimage("i386-pc", g.Dir, "", searchConfig(label), Modules)
+}
+
+// EFIImageFor builds GRUB's EFI image (BOOTX64.EFI) that finds the file
+// system labelled label and reads grub.cfg from its grub folder.
+func (g GRUB) EFIImageFor(label string) ([]byte, error) {
+	if g.EFIDir == "" {
+		return nil, errors.New("no GRUB for EFI: install grub-efi-amd64-bin")
+	}
+	return g.mkimage("x86_64-efi", g.EFIDir, "", searchConfig(label), EFIModules)
+}
+
+// searchConfig is the configuration built into a GRUB image: find the
+// boot partition by its label, whichever disk and partition number the
+// firmware gives it, and take grub.cfg from there. GRUB's normal mode
+// then reads ${prefix}/grub.cfg. Plain commands only: GRUB reads it with
+// its rescue parser.
+func searchConfig(label string) string {
+	return fmt.Sprintf("search --no-floppy --set=root --label %s\nset prefix=($root)/grub\n", label)
+}
+
+// mkimage runs grub-mkimage for format with the modules of dir, prefix,
+// and config built in when not empty.
+func (g GRUB) mkimage(format, dir, prefix, config string, modules []string) ([]byte, error) {
 	tmp, err := os.MkdirTemp("", "liken-grub-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	out := filepath.Join(tmp, "core.img")
-	args := append([]string{"-O", "i386-pc", "-d", g.Dir, "-p", prefix, "-o", out}, Modules...)
+	out := filepath.Join(tmp, "image")
+	args := []string{"-O", format, "-d", dir, "-p", prefix, "-o", out}
+	if config != "" {
+		cfg := filepath.Join(tmp, "early.cfg")
+		if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "-c", cfg)
+	}
+	args = append(args, modules...)
 	cmd := exec.Command(g.Mkimage, args...)
 	cmd.Env = append(os.Environ(), g.Env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
