@@ -123,6 +123,9 @@ spec: {cluster: vmcluster, role: Leader, rebootPolicy: Auto}
 		assert.NilError(t, k.NewUEFIVars(m.uefiVars))
 	}
 	m.powerOn()
+	if uefi {
+		m.expectLine(`BdsDxe: starting Boot0001 "UEFI Misc Device"`) // OVMF boots the disk's EFI/BOOT/BOOTX64.EFI
+	}
 	m.expectLine("liken: slot B could not be loaded")
 	f := m.expectBoot(boot.SlotA, false)
 	assert.Equal(t, f["state"], "A/-")

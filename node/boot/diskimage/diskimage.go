@@ -1,11 +1,12 @@
-// Package diskimage writes the parts of a boot disk without root or loop devices: GRUB's boot sector with an MBR partition table, a GUID partition table (GPT), GRUB's core image, and ext2/ext4 file systems made from folders.
+// Package diskimage writes the parts of a boot disk without root or loop devices: a GUID partition table (GPT) or an MBR one, GRUB's boot code for BIOS and UEFI, and ext2/ext4 and FAT32 file systems.
 //
-// The disk is an image file or a block device. An MBR partition table
-// leaves the first MiB to GRUB: its boot.img in sector 0 (with the
-// partition table), its core image from sector 1, which reads grub.cfg
-// from the folder given as its prefix. A GPT (WriteGPT, ReadGPT) is what
-// UEFI firmware boots from, and what disks past 2 TiB need; liken install
-// does not write one yet.
+// The disk is an image file or a block device. liken install writes a GPT
+// disk that boots both ways (WriteGPT): GRUB's boot.img in the protective
+// MBR loads the BIOS core image from a BIOS boot partition
+// (BIOSBootCode), and UEFI firmware starts GRUB's EFI image from the EFI
+// system partition (WriteFAT32); both images find the boot partition by
+// its label. The MBR table with GRUB's core image from sector 1
+// (WriteBootCode) is what e2e/boot's own test disks use.
 package diskimage
 
 import (
