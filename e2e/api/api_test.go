@@ -318,6 +318,16 @@ func TestRefusals(t *testing.T) {
 			mutate: func(c *v1.Cluster) { c.Spec.Settings.KernelArgs = []string{"liken.slot=B"} },
 			want:   []string{"spec.settings.kernelArgs[0]", "liken.*"},
 		},
+		{
+			name:   "kernel argument that a trial's guard needs",
+			mutate: func(c *v1.Cluster) { c.Spec.Settings.KernelArgs = []string{"quiet", "sysctl.kernel.softlockup_panic=0"} },
+			want:   []string{"spec.settings.kernelArgs[1]", "sets softlockup_panic, hung_task_panic and panic_on_oops on a trial boot"},
+		},
+		{
+			name:   "sysctl that turns a trial's guard off",
+			mutate: func(c *v1.Cluster) { c.Spec.Settings.Sysctls = map[string]string{"kernel.hung_task_panic": "0"} },
+			want:   []string{"spec.settings.sysctls", "may only be set to 1"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

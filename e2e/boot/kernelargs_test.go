@@ -42,9 +42,10 @@ func (m *machine) expectCmdline(slot boot.Slot, trial bool) []string {
 
 // TestKernelArgs: the OS applier stages settings.kernelArgs on the boot
 // partition, GRUB passes them unchanged (every character an argument may
-// hold) to the trial slot's kernel, after liken's own; the trial fails, and
-// the proven slot boots with the same arguments (the staged arguments
-// apply to whichever slot boots next).
+// hold) to the trial slot's kernel, after liken's own, the trial's guard
+// (boot.TrialGuardArgs) among them; the trial fails, and the proven slot
+// boots with the same arguments (the staged arguments apply to whichever
+// slot boots next), without the guard.
 func TestKernelArgs(t *testing.T) {
 	t.Parallel()
 	args := []string{
@@ -65,11 +66,17 @@ func TestKernelArgs(t *testing.T) {
 	got := m.expectCmdline(boot.SlotB, true)
 	assert.DeepEqual(t, got[len(got)-len(args):], args)
 	assert.Assert(t, slices.Index(got, "liken.slot=B") < len(got)-len(args), "liken's arguments come first: %q", got)
+	for _, g := range boot.TrialGuardArgs {
+		assert.Assert(t, slices.Index(got, g) >= 0 && slices.Index(got, g) < len(got)-len(args), "the trial's guard %s among liken's arguments: %q", g, got)
+	}
 	m.expectBoot(boot.SlotB, true)
 	m.expect("LIKEN-PANIC")
 
 	got = m.expectCmdline(boot.SlotA, false)
 	assert.DeepEqual(t, got[len(got)-len(args):], args)
+	for _, g := range boot.TrialGuardArgs {
+		assert.Assert(t, !slices.Contains(got, g), "the proven slot boots with the trial's guard %s: %q", g, got)
+	}
 	m.expectBoot(boot.SlotA, false)
 	m.waitPowerOff()
 	m.assertStates(boot.State{Proven: boot.SlotA})

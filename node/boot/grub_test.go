@@ -172,6 +172,11 @@ func TestGrubConfig(t *testing.T) {
 	for _, want := range []string{"load_env -f \"$1\" " + VarProven + " " + VarTrial, CmdlineSlot + "=$1", CmdlineTrial + "=1", "panic=${liken_panic}", BackupFile, EnvFile} {
 		assert.Assert(t, strings.Contains(cfg, want), "grub.cfg lacks %q", want)
 	}
+	// A trial boot, and only a trial boot, panics when it hangs: the guard
+	// is TrialGuardArgs, added with liken.trial=1.
+	assert.Assert(t, strings.Contains(cfg, "\nset liken_trial_guard=\""+strings.Join(TrialGuardArgs, " ")+"\"\n"), "grub.cfg's guard is not TrialGuardArgs")
+	assert.Equal(t, strings.Count(cfg, "${liken_trial_guard}"), 1)
+	assert.Assert(t, strings.Contains(cfg, `set liken_args="${liken_args} `+CmdlineTrial+`=1 ${liken_trial_guard}"`))
 	// The extra kernel arguments: cleared, then read from the file only
 	// when it exists, before any slot is booted.
 	clear := strings.Index(cfg, "\nset "+VarKernelArgs+"=\n")

@@ -73,6 +73,9 @@ func ValidateKernelArgs(args []string) error {
 		if SetsKernelPanic(name) {
 			return fmt.Errorf("kernel argument %q sets the sysctl kernel.panic, which keeps a kernel that fails from rebooting into the proven slot; it cannot be set", a)
 		}
+		if g, ok := trialGuardOf(name); ok {
+			return fmt.Errorf("kernel argument %q: liken's boot script sets %s=1 on a trial boot, so that a release that hangs reboots into the proven slot; it cannot be set in kernelArgs (to have it on every boot, set the sysctl kernel.%s to 1)", a, g, g)
+		}
 		total += len(a)
 		if i > 0 {
 			total++
@@ -95,6 +98,43 @@ func SetsKernelPanic(name string) bool {
 		return false
 	}
 	return IsKernelPanicSysctl(rest)
+}
+
+// TrialGuardArgs are the kernel parameters grub.cfg adds to a trial boot's
+// command line (liken_trial_guard): the trial panics, and reboots into the
+// proven slot, when a CPU is stuck in the kernel (soft lockup), a task
+// hangs in it for hung_task_timeout_secs, or the kernel oopses.
+var TrialGuardArgs = []string{"softlockup_panic=1", "hung_task_panic=1", "panic_on_oops=1"}
+
+// trialGuardOf is the parameter of TrialGuardArgs that the kernel
+// parameter name sets, directly or as sysctl.kernel.<name>.
+func trialGuardOf(name string) (string, bool) {
+	if rest, ok := strings.CutPrefix(name, "sysctl"); ok && rest != "" && (rest[0] == '.' || rest[0] == '/') {
+		return TrialGuardSysctl(rest)
+	}
+	for _, g := range TrialGuardArgs {
+		if p, _, _ := strings.Cut(g, "="); name == p {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// TrialGuardSysctl tells whether a sysctl name (kernel.panic_on_oops,
+// kernel/panic_on_oops, with any repetition of the separators) sets one
+// of TrialGuardArgs, and which; settings.sysctls may set it to 1 only, so
+// that a trial keeps rebooting into the proven slot when it hangs.
+func TrialGuardSysctl(name string) (string, bool) {
+	parts := strings.FieldsFunc(name, func(r rune) bool { return r == '.' || r == '/' })
+	if len(parts) != 2 || parts[0] != "kernel" {
+		return "", false
+	}
+	for _, g := range TrialGuardArgs {
+		if p, _, _ := strings.Cut(g, "="); parts[1] == p {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // IsKernelPanicSysctl tells whether a sysctl name (kernel.panic,

@@ -207,6 +207,9 @@ func (o *OS) sysctls(s map[string]string) error {
 		if boot.IsKernelPanicSysctl(k) {
 			return fmt.Errorf("sysctl %s is set by liken (a kernel that fails reboots into the proven slot after 5 seconds) and cannot be changed: remove it from the Cluster's settings.sysctls", k)
 		}
+		if g, ok := boot.TrialGuardSysctl(k); ok && strings.TrimSpace(s[k]) != "1" {
+			return fmt.Errorf("sysctl %s=%q would let a trial boot that hangs stay hung instead of rebooting into the proven slot (liken's boot script sets %s=1 on a trial): set it to 1 or remove it from the Cluster's settings.sysctls", k, s[k], g)
+		}
 	}
 	for _, k := range names {
 		p := o.path(filepath.Join("proc/sys", strings.ReplaceAll(k, ".", "/")))

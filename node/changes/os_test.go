@@ -512,6 +512,12 @@ func TestOSApplierRefusesBadValues(t *testing.T) {
 		_, err = os.Stat(filepath.Join(o.Root, "proc/sys/a/first"))
 		assert.Assert(t, os.IsNotExist(err), "a sysctl written before the refusal")
 	}
+	// A trial's guard may be set to 1 (then on every boot), never off.
+	cfg = base()
+	cfg.Settings.Sysctls = map[string]string{"kernel.panic_on_oops": "0"}
+	assert.ErrorContains(t, o.ApplyLive(ctx, cfg, nil), `sysctl kernel.panic_on_oops="0" would let a trial boot that hangs stay hung`)
+	cfg.Settings.Sysctls = map[string]string{"kernel.hung_task_panic": "1"}
+	assert.NilError(t, o.ApplyLive(ctx, cfg, nil))
 	cfg = base()
 	cfg.Disks[0].MountPoint = "/etc"
 	assert.ErrorContains(t, o.Boot(ctx, cfg), "must be a folder under /var")
