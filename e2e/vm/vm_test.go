@@ -560,6 +560,12 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 		for _, m := range ms {
 			_, ok := m.qemu.Find(fmt.Sprintf("liken-boot: booting slot %s (trial true)", step.slot))
 			assert.Assert(t, ok, "%s did not boot a trial of slot %s", m.name, step.slot)
+			// The init checked the boot partition before mounting it
+			// (read-only: liken-node's writes of the release's kernel and
+			// of the boot state above made it writable for their time).
+			checked, ok := m.qemu.Find("liken-boot: boot partition ")
+			assert.Assert(t, ok, "%s: the trial boot's init did not check the boot partition", m.name)
+			assert.Check(t, is.Contains(checked, "checked in"), "%s", m.name)
 			// The trial's watchdog is armed with the Cluster's trial
 			// timeout (the default 10 minutes), not the init's first 180 s.
 			armed, ok := m.qemu.Find(watchdogArmed)

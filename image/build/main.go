@@ -61,6 +61,9 @@ var debianPackages = []string{
 	// release channel or registry by name).
 	"systemd-resolved", "ca-certificates",
 	"linux-image-cloud-amd64",
+	// e2fsck.static, which liken-boot runs from the initramfs on the
+	// boot partition before mounting it.
+	"e2fsck-static",
 }
 
 // initramfsModules are the kernel modules liken-boot loads: the disk, its
@@ -183,6 +186,12 @@ func (b *builder) run() error {
 		return err
 	}
 	a.File("init", 0o755, init)
+	e2fsck, err := os.ReadFile(filepath.Join(root, "sbin", "e2fsck.static"))
+	if err != nil {
+		return fmt.Errorf("liken-boot checks the boot partition with Debian's e2fsck-static: %w", err)
+	}
+	a.Dir("sbin")
+	a.File("sbin/e2fsck", 0o755, e2fsck)
 	if err := a.Modules(mods); err != nil {
 		return err
 	}
@@ -537,6 +546,16 @@ func (b *builder) customize(root string, agent, own map[string]string) error {
 	}
 	// The root's own systemctl, so the host needs none.
 	if err := run("", "chroot", append([]string{root, "systemctl", "enable", "--quiet"}, units...)...); err != nil {
+		return err
+	}
+	// The disk's partitions are mounted by liken-boot alone: systemd's
+	// GPT generator must never mount the EFI system partition on /boot or
+	// /efi (it would when a boot loader tells it the disk through UEFI).
+	gen := filepath.Join(root, "etc/systemd/system-generators")
+	if err := os.MkdirAll(gen, 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink("/dev/null", filepath.Join(gen, "systemd-gpt-auto-generator")); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	// No login: a machine offers no getty on any terminal. Masking

@@ -154,6 +154,11 @@ func (g *GRUB) Commit(slot Slot) error {
 }
 
 func (g *GRUB) update(change func(State) (State, error)) error {
+	release, err := Writable(g.dir)
+	if err != nil {
+		return err
+	}
+	defer release()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, b, err := g.read()

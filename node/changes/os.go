@@ -476,6 +476,11 @@ func (o *OS) RestartK3s(ctx context.Context, cfg Config, _ []Change) error {
 // it, and the file on disk stays as it was.
 func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
 	dir := o.path(BootDir)
+	release, err := boot.Writable(dir)
+	if err != nil {
+		return fmt.Errorf("staging the kernel arguments: %w", err)
+	}
+	defer release()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("staging the kernel arguments: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"liken.sh/liken/internal/diskread"
+	"liken.sh/liken/node/boot"
 	"liken.sh/liken/release"
 )
 
@@ -60,6 +61,11 @@ func (s *Store) clearBootFiles(name string) error {
 	if dir == "" {
 		return nil
 	}
+	done, err := boot.Writable(s.bootPart)
+	if err != nil {
+		return fmt.Errorf("clearing slot %s's boot files: %w", name, err)
+	}
+	defer done()
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -107,6 +113,11 @@ func (s *Store) installBootFiles(ctx context.Context, name string, doc *release.
 	if dir == "" {
 		return nil
 	}
+	done, err := boot.Writable(s.bootPart)
+	if err != nil {
+		return bootIOError(doc.Version, "the boot partition", err)
+	}
+	defer done()
 	if err := s.clearBootFiles(name); err != nil {
 		return &release.Error{Reason: release.ReasonWriteFailed, Version: doc.Version, Err: err}
 	}

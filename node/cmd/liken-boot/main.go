@@ -10,13 +10,16 @@
 //     slot;
 //  3. find the partitions by their labels (liken-boot, liken-layer,
 //     liken-slots); on a trial boot, flush the disk's cache so that
-//     GRUB's cleared trial flag is saved; mount the slot store;
+//     GRUB's cleared trial flag is saved; check the boot partition with
+//     e2fsck -p (checkBootPartition); mount the slot store;
 //  4. mount slots/<slot>/rootfs.squashfs through a read-only loop device
 //     as the new root; /etc is an overlay whose changes live in memory for
 //     one boot, /var a memory file system; the slot store is mounted at
 //     /var/lib/liken, with kubelet's and containerd's state and the
 //     journal in it, the machine ID kept there in /etc/machine-id, the
-//     boot partition at /boot, the layer partition read-only at
+//     boot partition read-only at /boot (liken-node makes it writable
+//     for the time of its writes, node/boot Writable; not mounted at all
+//     when e2fsck could not repair it), the layer partition read-only at
 //     /var/lib/liken-layer;
 //  5. on a trial boot, re-arm the watchdog with what is left of the
 //     Cluster's trial timeout, read from liken-node's trial record in the
@@ -32,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -115,7 +119,11 @@ func run() error {
 			return fmt.Errorf("saving GRUB's cleared trial flag: %w", err)
 		}
 	}
-	if err := assemble(slot, parts); err != nil {
+	bootClean, err := checkBootPartition(parts[bootLabel], trial)
+	if err != nil {
+		return err
+	}
+	if err := assemble(slot, parts, bootClean); err != nil {
 		return err
 	}
 	if trial {
@@ -154,6 +162,44 @@ func flushDisk(dev string) error {
 	}
 	defer f.Close()
 	return f.Sync()
+}
+
+// e2fsck is the static e2fsck (Debian's e2fsck-static) in the initramfs.
+const e2fsck = "/sbin/e2fsck"
+
+// checkBootPartition runs e2fsck -p on the boot partition before it is
+// mounted. ext2 has no journal: after a power cut while it was written,
+// its bitmaps may call blocks of the proven kernel or of the boot state
+// free, and the next write would reuse them. e2fsck -p repairs what is
+// safe to repair unattended. What it cannot repair fails a trial boot
+// (its panic reboots into the proven slot, which checks again) and, on
+// the proven slot, leaves the partition unmounted: the machine runs its
+// workloads, and liken-node, which finds no boot state, reports it and
+// writes no slot, until a person repairs it. clean is false then.
+func checkBootPartition(dev string, trial bool) (clean bool, err error) {
+	start := time.Now()
+	cmd := exec.Command(e2fsck, "-p", dev)
+	out, err := cmd.CombinedOutput()
+	code := cmd.ProcessState.ExitCode()
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l != "" {
+			say("e2fsck: %s", l)
+		}
+	}
+	switch {
+	case err == nil:
+		say("boot partition %s checked in %s: clean", dev, time.Since(start).Round(time.Millisecond))
+		return true, nil
+	case code == 1 || code == 2 || code == 3:
+		say("boot partition %s checked in %s: e2fsck repaired it (exit status %d)", dev, time.Since(start).Round(time.Millisecond), code)
+		return true, nil
+	case code < 0:
+		return false, fmt.Errorf("checking the boot partition %s: %w", dev, err)
+	case trial:
+		return false, fmt.Errorf("the boot partition %s has errors e2fsck -p cannot repair (exit status %d): the trial stops here", dev, code)
+	}
+	say("the boot partition %s has errors e2fsck -p cannot repair (exit status %d): it is not mounted, and no release can be staged or tried until a person repairs it (e2fsck from a rescue system)", dev, code)
+	return false, nil
 }
 
 // findPartitions waits until a block device carries each label and returns
@@ -217,8 +263,9 @@ func mount(src, dst, fstype string, flags uintptr, data string) error {
 	return nil
 }
 
-// assemble mounts the slot's root and everything under it at newRoot.
-func assemble(slot boot.Slot, parts map[string]string) error {
+// assemble mounts the slot's root and everything under it at newRoot,
+// the boot partition read-only unless it is not clean (then not at all).
+func assemble(slot boot.Slot, parts map[string]string, bootClean bool) error {
 	store := "/store"
 	if err := mount(parts[slotsLabel], store, "ext4", 0, ""); err != nil {
 		return err
@@ -271,8 +318,10 @@ func assemble(slot boot.Slot, parts map[string]string) error {
 	if err := boot.SetMachineID(newRoot, newRoot+"/var/lib/liken"); err != nil {
 		say("keeping no machine ID, systemd makes one for this boot: %v", err)
 	}
-	if err := mount(parts[bootLabel], newRoot+"/boot", "ext4", 0, ""); err != nil {
-		return err
+	if bootClean {
+		if err := mount(parts[bootLabel], newRoot+"/boot", "ext4", unix.MS_RDONLY, ""); err != nil {
+			return err
+		}
 	}
 	return mount(parts[layerLabel], newRoot+"/var/lib/liken-layer", "ext4", unix.MS_RDONLY, "")
 }
