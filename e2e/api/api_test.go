@@ -319,9 +319,11 @@ func TestRefusals(t *testing.T) {
 			want:   []string{"spec.settings.kernelArgs[0]", "liken.*"},
 		},
 		{
-			name:   "kernel argument that a trial's guard needs",
-			mutate: func(c *v1.Cluster) { c.Spec.Settings.KernelArgs = []string{"quiet", "sysctl.kernel.softlockup_panic=0"} },
-			want:   []string{"spec.settings.kernelArgs[1]", "sets softlockup_panic, hung_task_panic and panic_on_oops on a trial boot"},
+			name: "kernel argument that a trial's guard needs",
+			mutate: func(c *v1.Cluster) {
+				c.Spec.Settings.KernelArgs = []string{"quiet", "sysctl.kernel.softlockup_panic=0"}
+			},
+			want: []string{"spec.settings.kernelArgs[1]", "sets softlockup_panic, hung_task_panic and panic_on_oops on a trial boot"},
 		},
 		{
 			name:   "sysctl that turns a trial's guard off",

@@ -491,8 +491,6 @@ func (r scaleResult) check(t testing.TB, target scaleTargets) {
 
 func perSecond(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // report logs the run as docs/benchmarks.md tables and adds the key
 // figures to the benchmark's output.
 func (r scaleResult) report(t testing.TB) {

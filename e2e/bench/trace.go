@@ -137,3 +137,6 @@ func (p GrantPath) String() string {
 	}
 	return strings.Join(s, ", ") + " ms"
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -174,7 +175,11 @@ func (a *Archive) Modules(files []string) error {
 // LoadModules loads, in an init, the modules an archive's Modules listed:
 // the files under /lib/modules named in /modules.order, in order. An
 // archive without modules loads none; a module already loaded is fine.
-func LoadModules() error {
+// The modules named in first (such as "softdog") are loaded before the
+// others whatever their place in the order, then between runs (nil: no
+// call), then the rest load: liken-boot arms the watchdog in between, so
+// that a hang while any other driver probes its hardware is ended.
+func LoadModules(first []string, between func() error) error {
 	f, err := os.Open("/modules.order")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -183,12 +188,36 @@ func LoadModules() error {
 		return err
 	}
 	defer f.Close()
+	var early, rest []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		name := strings.TrimSpace(sc.Text())
 		if name == "" {
 			continue
 		}
+		if slices.Contains(first, modName(strings.TrimSuffix(name, ".ko"))) {
+			early = append(early, name)
+		} else {
+			rest = append(rest, name)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if err := loadModules(early); err != nil {
+		return err
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return err
+		}
+	}
+	return loadModules(rest)
+}
+
+// loadModules loads the module files named (under /lib/modules), in order.
+func loadModules(names []string) error {
+	for _, name := range names {
 		m, err := os.Open(filepath.Join("/lib/modules", name))
 		if err != nil {
 			return err
@@ -199,7 +228,7 @@ func LoadModules() error {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return sc.Err()
+	return nil
 }
 
 // Gzip ends the archive and returns it gzip-compressed. Compressed, GRUB

@@ -2,12 +2,13 @@
 //
 // Steps, each printed on the console as a line starting with "liken-boot:":
 //
-//  1. load the kernel modules the archive lists (the disk, its file
-//     systems, squashfs, loop, overlay and the watchdog);
-//  2. on a trial boot (liken.trial=1), arm the watchdog for
-//     watchdog.InitTimeout: from here on a hang anywhere (kernel, service
+//  1. load the watchdog's module (softdog) first and, on a trial boot
+//     (liken.trial=1), arm the watchdog for watchdog.InitTimeout: from
+//     here on a hang anywhere (a driver's probe, the kernel, the service
 //     manager, liken-node) resets the machine, and GRUB boots the proven
 //     slot;
+//  2. load the other kernel modules the archive lists (the disk, its file
+//     systems, squashfs, loop, overlay);
 //  3. find the partitions by their labels (liken-boot, liken-layer,
 //     liken-slots); on a trial boot, flush the disk's cache so that
 //     GRUB's cleared trial flag is saved; check the boot partition with
@@ -97,14 +98,18 @@ func run() error {
 		return err
 	}
 	say("booting slot %s (trial %t)", slot, trial)
-	if err := initramfs.LoadModules(); err != nil {
-		return fmt.Errorf("loading kernel modules: %w", err)
-	}
-	if trial {
+	armFirst := func() error {
+		if !trial {
+			return nil
+		}
 		if err := armWatchdog(watchdog.InitTimeout); err != nil {
 			return fmt.Errorf("arming the watchdog for the trial: %w", err)
 		}
-		say("watchdog armed for %s while the disk is mounted", watchdog.InitTimeout)
+		say("watchdog armed for %s before the other drivers load and the disk is mounted", watchdog.InitTimeout)
+		return nil
+	}
+	if err := initramfs.LoadModules([]string{"softdog"}, armFirst); err != nil {
+		return fmt.Errorf("loading kernel modules: %w", err)
 	}
 	parts, err := findPartitions(30*time.Second, bootLabel, layerLabel, slotsLabel)
 	if err != nil {
