@@ -281,19 +281,22 @@ func TestCheckFleet(t *testing.T) {
 	assert.Equal(t, ms[1].Name, "node-2")
 }
 
-// settings.sysctls cannot set kernel.panic: a trial kernel that panics must
-// reboot into the proven slot.
+// settings.sysctls cannot set kernel.panic, nor turn off a trial's guard:
+// a trial kernel that panics, or hangs, must reboot into the proven slot.
 func TestSysctlsRefuseKernelPanic(t *testing.T) {
 	for _, tc := range []struct {
-		key  string
-		want string
+		key, value string
+		want       string
 	}{
-		{"vm.max_map_count", ""},
-		{"kernel.panic_on_oops", ""},
-		{"kernel.panic", "kernel.panic is set by liken"},
-		{"kernel/panic", "kernel.panic is set by liken"},
+		{"vm.max_map_count", "0", ""},
+		{"kernel.panic_on_warn", "0", ""},
+		{"kernel.panic", "0", "kernel.panic is set by liken"},
+		{"kernel/panic", "0", "kernel.panic is set by liken"},
+		{"kernel.panic_on_oops", "0", "may only be set to 1"},
+		{"kernel/softlockup_panic", "0", "may only be set to 1"},
+		{"kernel.hung_task_panic", "1", ""},
 	} {
-		doc := strings.Replace(validCluster, "  disruption:", "  settings:\n    sysctls: {"+strconv.Quote(tc.key)+": \"0\"}\n  disruption:", 1)
+		doc := strings.Replace(validCluster, "  disruption:", "  settings:\n    sysctls: {"+strconv.Quote(tc.key)+": "+strconv.Quote(tc.value)+"}\n  disruption:", 1)
 		_, err := ValidateDocument("input.yaml", []byte(doc))
 		if tc.want == "" {
 			assert.NilError(t, err, tc.key)
@@ -336,7 +339,11 @@ func TestKernelArgsRulesMatchTheMachine(t *testing.T) {
 		{[]string{"sysctl.kernel/panic=0"}, "kernel.panic"},
 		{[]string{"sysctl/kernel/panic=0"}, "kernel.panic"},
 		{[]string{"sysctl..kernel//panic"}, "kernel.panic"},
-		{[]string{"sysctl.kernel.panic_on_oops=1", "sysctl.vm.swappiness=10", "sysctlkernel.panic=0"}, ""},
+		{[]string{"sysctl.kernel.panic_on_warn=1", "sysctl.vm.swappiness=10", "sysctlkernel.panic=0", "panic_on_oopsx=1"}, ""},
+		{[]string{"softlockup_panic=0"}, "sets softlockup_panic, hung_task_panic and panic_on_oops on a trial boot"},
+		{[]string{"hung_task_panic"}, "on a trial boot"},
+		{[]string{"sysctl.kernel.panic_on_oops=1"}, "on a trial boot"},
+		{[]string{"sysctl//kernel.softlockup_panic=0"}, "on a trial boot"},
 		{[]string{""}, "spec.settings.kernelArgs[0]"},
 		{[]string{long, long}, "1024 bytes"},
 		{many, "must have at most 24 items"},
