@@ -66,10 +66,11 @@ var debianPackages = []string{
 	"e2fsck-static",
 }
 
-// initramfsModules are the kernel modules liken-boot loads: the disk, its
-// file systems, the loop device and squashfs for the root, overlay for
-// /etc, and the watchdog that ends a hung trial.
-var initramfsModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "loop", "squashfs", "overlay", "softdog"}
+// initramfsModules are the kernel modules liken-boot loads, in this order:
+// the watchdog that ends a hung trial first (liken-boot arms it before
+// the rest load), then the disk, its file systems, the loop device and
+// squashfs for the root, overlay for /etc.
+var initramfsModules = []string{"softdog", "virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4", "loop", "squashfs", "overlay"}
 
 // units are the systemd units enabled in the image.
 // The control plane's units start only on a leader, whose layer partition

@@ -175,11 +175,13 @@ func (a *Archive) Modules(files []string) error {
 // LoadModules loads, in an init, the modules an archive's Modules listed:
 // the files under /lib/modules named in /modules.order, in order. An
 // archive without modules loads none; a module already loaded is fine.
-// The modules named in first (such as "softdog") are loaded before the
-// others whatever their place in the order, then between runs (nil: no
-// call), then the rest load: liken-boot arms the watchdog in between, so
-// that a hang while any other driver probes its hardware is ended.
-func LoadModules(first []string, between func() error) error {
+// The modules in the order up to the one named first (such as "softdog")
+// load, then between runs (nil: no call), then the rest load: liken-boot
+// lists the watchdog's module first, so that only it and what it needs
+// load before between arms it, and a hang while any other driver probes
+// its hardware is ended. Without a module named first, between runs after
+// them all.
+func LoadModules(first string, between func() error) error {
 	f, err := os.Open("/modules.order")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -188,21 +190,19 @@ func LoadModules(first []string, between func() error) error {
 		return err
 	}
 	defer f.Close()
-	var early, rest []string
+	var names []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		name := strings.TrimSpace(sc.Text())
-		if name == "" {
-			continue
-		}
-		if slices.Contains(first, modName(strings.TrimSuffix(name, ".ko"))) {
-			early = append(early, name)
-		} else {
-			rest = append(rest, name)
+		if name := strings.TrimSpace(sc.Text()); name != "" {
+			names = append(names, name)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return err
+	}
+	early, rest := names, []string(nil)
+	if i := slices.IndexFunc(names, func(n string) bool { return modName(strings.TrimSuffix(n, ".ko")) == first }); i >= 0 {
+		early, rest = names[:i+1], names[i+1:]
 	}
 	if err := loadModules(early); err != nil {
 		return err

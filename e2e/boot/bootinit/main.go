@@ -96,7 +96,7 @@ func main() {
 	if b, err := os.ReadFile("/slot"); err == nil {
 		files = strings.TrimSpace(string(b))
 	}
-	if err := initramfs.LoadModules(nil, nil); err != nil {
+	if err := initramfs.LoadModules("", nil); err != nil {
 		fail("loading modules: %v", err)
 	}
 	if err := waitFor(bootDev, 30*time.Second); err != nil {

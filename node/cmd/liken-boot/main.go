@@ -108,7 +108,7 @@ func run() error {
 		say("watchdog armed for %s before the other drivers load and the disk is mounted", watchdog.InitTimeout)
 		return nil
 	}
-	if err := initramfs.LoadModules([]string{"softdog"}, armFirst); err != nil {
+	if err := initramfs.LoadModules("softdog", armFirst); err != nil {
 		return fmt.Errorf("loading kernel modules: %w", err)
 	}
 	parts, err := findPartitions(30*time.Second, bootLabel, layerLabel, slotsLabel)
