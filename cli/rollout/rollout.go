@@ -407,13 +407,17 @@ func stepOf(m *v1alpha1.Machine, cl *v1alpha1.Cluster) step {
 	case s.note != "":
 	case turn != nil && turn.Reason == v1alpha1.TurnRestartK3s:
 		s.note = "restarting k3s in its turn (no reboot)"
+	case turn != nil && turn.Reason == v1alpha1.TurnLive:
+		s.note = "applying live changes in its turn (no reboot)"
 	case !staged && slices.ContainsFunc(cl.Status.Settling, func(x v1alpha1.SettlingMachine) bool { return x.Machine == m.Name }):
 		s.note = "back from its turn, settling: the next turn waits for its workloads (see what cluster-operator says)"
 	case !staged:
 	case turn != nil:
 		s.note = "holds its turn: it cordons and drains its node next"
-	case m.Status.Phase == v1alpha1.MachineRebootPending && onlyRestartK3s(m.Status.Pending):
+	case m.Status.Phase == v1alpha1.MachineRebootPending && onlyClasses(m.Status.Pending, v1alpha1.ClassRestartK3s):
 		s.note = "waits for a turn to restart k3s (no reboot)"
+	case m.Status.Phase == v1alpha1.MachineRebootPending && onlyClasses(m.Status.Pending, v1alpha1.ClassLive, v1alpha1.ClassRestartK3s):
+		s.note = "waits for a turn to apply live changes (no reboot)"
 	case fleet.AwaitingApproval(m) && !rules.Approved(m, m.Status.Change):
 		s.note = "awaiting approval: liken approve-reboot " + m.Spec.Cluster + " " + m.Name
 	case fleet.AwaitingTurn(m) || rules.Approved(m, m.Status.Change):
@@ -436,11 +440,11 @@ func percent(d *v1alpha1.DownloadProgress) int64 {
 	return min(d.BytesDone, d.BytesTotal) * 100 / d.BytesTotal
 }
 
-// onlyRestartK3s is true when every pending change, at least one, is of
-// class RestartK3s: a leader that waits for a turn to restart k3s.
-func onlyRestartK3s(pending []v1alpha1.PendingChange) bool {
+// onlyClasses is true when every pending change, at least one, is of one
+// of classes.
+func onlyClasses(pending []v1alpha1.PendingChange, classes ...v1alpha1.DisruptionClass) bool {
 	for _, p := range pending {
-		if p.Class != v1alpha1.ClassRestartK3s {
+		if !slices.Contains(classes, p.Class) {
 			return false
 		}
 	}

@@ -630,7 +630,7 @@ func (c *Controller) unsettled(cluster *likenv1.Cluster, nodes map[string]Node) 
 	}
 	var out map[string][]string
 	add := func(machine string, reason likenv1.TurnReason, leader bool, budgets []string, grantedAt metav1.Time) error {
-		rebooted := reason != likenv1.TurnRestartK3s && nodes[machine].BootID != ""
+		rebooted := !reason.InPlace() && nodes[machine].BootID != ""
 		waits, err := r.unsettled(machine, budgets, grantedAt.Time, rebooted)
 		if err != nil {
 			return err

@@ -390,7 +390,7 @@ func Decide(in Input) Decision {
 		// Evictions the drains of the turns held still need, by budget.
 		taken := map[string]int{}
 		for _, t := range st.RebootTurns {
-			if t.Reason == likenv1.TurnRestartK3s {
+			if t.Reason.InPlace() {
 				continue // no drain
 			}
 			for b, pods := range in.Drains[t.Machine].Needs {
@@ -429,8 +429,8 @@ func Decide(in Input) Decision {
 				continue
 			}
 			drain := in.Drains[m.Name]
-			if reason == likenv1.TurnRestartK3s {
-				drain = Drain{} // k3s restarts in place: no cordon, no drain
+			if reason.InPlace() {
+				drain = Drain{} // changed in place: no cordon, no drain
 			}
 			if blocks := drainBlocks(drain, in.DisruptionsAllowed, taken); len(blocks) > 0 {
 				d.Skipped = append(d.Skipped, Skip{Machine: m.Name, Leader: rules.IsLeader(m), Budgets: drainNote(blocks)})
@@ -602,8 +602,11 @@ func turnOver(t likenv1.RebootTurn, m *likenv1.Machine, node Node, target string
 	if m == nil {
 		return endDeleted(t, node)
 	}
-	if t.Reason == likenv1.TurnRestartK3s {
+	switch t.Reason {
+	case likenv1.TurnRestartK3s:
 		return endRestartK3s(t, m, node)
+	case likenv1.TurnLive:
+		return endLive(t, m, node)
 	}
 	boot := m.Status.Observed.BootID
 	if boot != "" && boot != t.BootID {
@@ -817,38 +820,38 @@ func findMachine(machines []*likenv1.Machine, name string) *likenv1.Machine {
 }
 
 // reasonFor is the turn machine m asks for: Release when a release is
-// staged, RestartK3s when every pending change is of class RestartK3s (a
-// leader restarts k3s in place; the node daemon lists them and asks for a
-// reboot turn first when anything else waits), else Reboot.
+// staged; Reboot when any pending change is of class Reboot; otherwise
+// Live when any is of class Live (Live changes go before RestartK3s
+// ones: the node daemon asks for their turn first), else RestartK3s.
 func reasonFor(m *likenv1.Machine) likenv1.TurnReason {
-	switch {
-	case m.Status.Phase == likenv1.MachineUpdatePending:
+	if m.Status.Phase == likenv1.MachineUpdatePending {
 		return likenv1.TurnRelease
-	case restartsK3s(m):
+	}
+	live, k3s := false, false
+	for _, p := range m.Status.Pending {
+		switch p.Class {
+		case likenv1.ClassLive:
+			live = true
+		case likenv1.ClassRestartK3s:
+			k3s = true
+		default:
+			return likenv1.TurnReboot
+		}
+	}
+	switch {
+	case live:
+		return likenv1.TurnLive
+	case k3s:
 		return likenv1.TurnRestartK3s
 	}
 	return likenv1.TurnReboot
 }
 
-// restartsK3s is true when machine m lists pending changes and all are of
-// class RestartK3s.
-func restartsK3s(m *likenv1.Machine) bool {
-	if len(m.Status.Pending) == 0 {
-		return false
-	}
-	for _, p := range m.Status.Pending {
-		if p.Class != likenv1.ClassRestartK3s {
-			return false
-		}
-	}
-	return true
-}
-
 // needsApproval is true when machine m waits for liken approve-reboot
-// before its turn: rebootPolicy Manual governs reboots, and a RestartK3s
-// turn reboots nothing.
+// before its turn: rebootPolicy Manual governs reboots, and a Live or
+// RestartK3s turn reboots nothing.
 func needsApproval(m *likenv1.Machine) bool {
-	return rules.IsManual(m) && reasonFor(m) != likenv1.TurnRestartK3s
+	return rules.IsManual(m) && !reasonFor(m).InPlace()
 }
 
 // endRestartK3s says whether the RestartK3s turn t of machine m ends, and
@@ -898,6 +901,34 @@ func endRestartK3s(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, 
 	}
 	return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
 		"Machine %s finished its RestartK3s turn: k3s restarted in place and the node is Ready again (%s)", m.Name, m.Status.Phase)}, true
+}
+
+// endLive says whether the Live turn t of machine m ends: once the
+// machine reports the change applied (it no longer asks for it, and its
+// ConfigApplied condition is not False) and its Node is not NotReady. A
+// machine whose apply failed keeps its turn, so the value goes no
+// further than the machines that hold turns; the stall timeout then
+// halts the rollout and names it.
+func endLive(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool) {
+	switch m.Status.Phase {
+	case likenv1.MachineRebooting, likenv1.MachineUpdating, likenv1.MachineLost:
+		return Ended{}, false
+	}
+	if m.Status.Change == t.Change {
+		return Ended{}, false // not applied yet
+	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied); c != nil && c.Status == metav1.ConditionFalse {
+		return Ended{}, false // its apply failed: retried in this turn
+	}
+	if node.State == fleet.NodeNotReady {
+		return Ended{}, false
+	}
+	if m.Status.Change != "" {
+		return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
+			"Machine %s's Live turn ended: the values it was for are no longer declared, and it asks for change %s now", m.Name, m.Status.Change)}, true
+	}
+	return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
+		"Machine %s finished its Live turn: the changes are applied in place and the node is Ready (%s)", m.Name, m.Status.Phase)}, true
 }
 
 // reportsK3sFailure is true when machine m reports a restart of k3s that

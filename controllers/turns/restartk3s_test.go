@@ -124,7 +124,7 @@ func TestRestartK3sGrants(t *testing.T) {
 			for _, g := range d.Granted {
 				m := findMachine(tc.machines, g.Machine)
 				want := likenv1.TurnReboot
-				if restartsK3s(m) {
+				if len(m.Status.Pending) > 0 && m.Status.Pending[0].Class == likenv1.ClassRestartK3s {
 					want = likenv1.TurnRestartK3s
 				}
 				assert.Equal(t, g.Reason, want)

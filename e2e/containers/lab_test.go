@@ -40,6 +40,7 @@ import (
 func TestFleetOfThreeLeaders(t *testing.T) {
 	l := userlab.Up(t, userlab.Containers, "ns", 5, 3)
 	userlab.NetworkAcrossMachines(t, l)
+	liveInBatches(t, l)
 	userlab.SelfHostedFleet(t, l)
 	etcdStoppedAfterCommit(t, l)
 	reinstalledLeaderAlone(t, l)
@@ -59,6 +60,157 @@ func TestFleetOfThreeLeaders(t *testing.T) {
 		left = append(left, "/sys/fs/cgroup/liken-lab/"+l.Name)
 	}
 	assert.Check(t, is.Len(left, 0), "the lab's cgroups are left")
+}
+
+// liveInBatches changes settings.sysctls, a Live field, on the lab's
+// Cluster. First with a parameter no kernel has: the first machine's
+// apply fails, it reports why and keeps its Live turn, and no other
+// machine gets one. Then with a parameter of the machines' network
+// namespace: each machine applies it in a Live turn of its own, no more
+// turns held at once than maxUnavailable, leaders one at a time, with no
+// reboot and no cordon, and every machine ends Ready with the value in
+// its kernel. The settle time is cut to a second for the step, so that
+// five batches take seconds.
+func liveInBatches(t *testing.T, l *userlab.Lab) {
+	t.Helper()
+	ctx := t.Context()
+	const bad, name, value = "net.ipv4.liken_no_such_parameter", "net.ipv4.tcp_keepalive_time", "600"
+	path := "/proc/sys/" + strings.ReplaceAll(name, ".", "/")
+	boots := map[string]string{}
+	for _, m := range l.St.Machines {
+		n, err := l.Kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+		assert.NilError(t, err)
+		boots[m.Name] = n.Status.NodeInfo.BootID
+		out, err := machineOutput(t, l, m.Name, "cat", path)
+		assert.NilError(t, err)
+		assert.Assert(t, strings.TrimSpace(out) != value, "%s: %s is already %s", m.Name, name, value)
+	}
+	c, err := l.Liken.LikenV1alpha1().Clusters().Get(ctx, l.Name, metav1.GetOptions{})
+	assert.NilError(t, err)
+	maxTurns, err := c.Spec.Disruption.MaxUnavailableFor(len(l.St.Machines))
+	assert.NilError(t, err)
+	settle := c.Spec.Disruption.Settle
+	setSysctl := func(k, v string, settle *metav1.Duration) {
+		t.Helper()
+		c, err := l.Liken.LikenV1alpha1().Clusters().Get(ctx, l.Name, metav1.GetOptions{})
+		assert.NilError(t, err)
+		c.Spec.Settings.Sysctls = map[string]string{k: v}
+		c.Spec.Disruption.Settle = settle
+		_, err = l.Liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
+		assert.NilError(t, err)
+	}
+
+	// Each turn lasts at least the settle time after it ends (the ledger,
+	// then status.settling): read every 200 ms, every turn is seen.
+	turns := map[string]bool{}
+	most := 0
+	check := func(c *likenv1.Cluster) error {
+		held, leaders := 0, 0
+		for _, tn := range c.Status.RebootTurns {
+			if tn.Reason != likenv1.TurnLive {
+				return fmt.Errorf("%s holds a %s turn, not a Live one", tn.Machine, tn.Reason)
+			}
+			turns[tn.Machine] = true
+			held++
+			if tn.Leader {
+				leaders++
+			}
+		}
+		for _, s := range c.Status.Settling {
+			if s.Reason == likenv1.TurnLive {
+				turns[s.Machine] = true
+				held++
+				if s.Leader {
+					leaders++
+				}
+			}
+		}
+		most = max(most, held)
+		if held > maxTurns || leaders > 1 {
+			return fmt.Errorf("%d machines hold or settle from Live turns (%d leaders), more than maxUnavailable (%d): %+v %+v", held, leaders, maxTurns, c.Status.RebootTurns, c.Status.Settling)
+		}
+		nodes, err := l.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil // read again
+		}
+		for _, n := range nodes.Items {
+			if n.Spec.Unschedulable {
+				return fmt.Errorf("%s was cordoned for a Live change", n.Name)
+			}
+			if b, ok := boots[n.Name]; ok && n.Status.NodeInfo.BootID != b {
+				return fmt.Errorf("%s rebooted for a Live change", n.Name)
+			}
+		}
+		return nil
+	}
+	read := func() (*likenv1.Cluster, poll.Result) {
+		c, err := l.Liken.LikenV1alpha1().Clusters().Get(ctx, l.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, poll.Continue("the Cluster: %v", err)
+		}
+		if err := check(c); err != nil {
+			return nil, poll.Error(err)
+		}
+		return c, nil
+	}
+
+	// A value no machine can apply: the first one's turn is kept.
+	setSysctl(bad, "1", &metav1.Duration{Duration: time.Second})
+	start := time.Now()
+	var failed string
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		c, r := read()
+		if r != nil {
+			return r
+		}
+		for _, tn := range c.Status.RebootTurns {
+			m := l.Machine(tn.Machine)
+			if cond := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied); m.Status.Phase == likenv1.MachineDegraded && cond != nil &&
+				cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, bad) {
+				failed = m.Name
+				return poll.Success()
+			}
+		}
+		return poll.Continue("no machine reports its failure to set %s yet (turns %+v)", bad, c.Status.RebootTurns)
+	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(200*time.Millisecond))
+	t.Logf("%s=1: %s's apply failed in its Live turn %s after the edit, and says so", bad, failed, time.Since(start).Round(time.Second))
+	// Ten seconds are ten settle times: no other machine gets a turn.
+	for until := time.Now().Add(10 * time.Second); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
+		c, r := read()
+		if r != nil && !r.Done() {
+			continue
+		}
+		assert.Assert(t, r == nil, "%v", r)
+		for _, tn := range c.Status.RebootTurns {
+			assert.Equal(t, tn.Machine, failed, "a second machine got a Live turn while %s's apply failed", failed)
+		}
+		assert.Equal(t, len(c.Status.Settling), 0, "a machine settles from a turn while %s's apply failed: %+v", failed, c.Status.Settling)
+	}
+	assert.DeepEqual(t, turns, map[string]bool{failed: true})
+
+	// The value corrected: every machine applies it, in batches.
+	setSysctl(name, value, &metav1.Duration{Duration: time.Second})
+	start = time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if _, r := read(); r != nil {
+			return r
+		}
+		for _, m := range l.St.Machines {
+			st := l.Machine(m.Name).Status
+			if st.Phase != likenv1.MachineReady || len(st.Pending) > 0 {
+				return poll.Continue("%s: %s, pending %v", m.Name, st.Phase, st.Pending)
+			}
+			out, err := machineOutput(t, l, m.Name, "cat", path)
+			if err != nil || strings.TrimSpace(out) != value {
+				return poll.Continue("%s: %s is %q (%v)", m.Name, name, strings.TrimSpace(out), err)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(5*time.Minute), poll.WithDelay(200*time.Millisecond))
+	assert.Equal(t, len(turns), len(l.St.Machines), "Live turns seen: %v", turns)
+	t.Logf("%s=%s on all %d machines %s after the correction, each in a Live turn of its own, at most %d at once (maxUnavailable %d), no reboot, no cordon",
+		name, value, len(l.St.Machines), time.Since(start).Round(time.Second), most, maxTurns)
+	setSysctl(name, value, settle)
 }
 
 // etcdStoppedAfterCommit upgrades the fleet again; as soon as the second

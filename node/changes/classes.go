@@ -191,6 +191,42 @@ func Merge(base, src Config, classes ...likenv1.DisruptionClass) Config {
 	return out
 }
 
+// Immediate tells whether a Live change takes effect at once, without a
+// turn: rebootPolicy changes only how liken-node asks for its turns,
+// nothing the machine runs. Every other Live change waits for a Live
+// turn under the disruption budget.
+func (c Change) Immediate() bool {
+	return c.Field == FieldRebootPolicy
+}
+
+// SplitLive parts Live changes into those that wait for a turn and those
+// that take effect at once (Change.Immediate).
+func SplitLive(live []Change) (inTurn, now []Change) {
+	for _, c := range live {
+		if c.Immediate() {
+			now = append(now, c)
+		} else {
+			inTurn = append(inTurn, c)
+		}
+	}
+	return inTurn, now
+}
+
+// MergeChanges returns base with the fields cs names taken from src.
+func MergeChanges(base, src Config, cs []Change) Config {
+	out := *base.DeepCopy()
+	s := src.DeepCopy()
+	for _, f := range Fields {
+		for _, c := range cs {
+			if c.Field == f.Path {
+				f.set(&out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // Paths are the field paths of cs, sorted.
 func Paths(cs []Change) []string {
 	out := make([]string, 0, len(cs))

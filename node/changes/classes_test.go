@@ -100,6 +100,24 @@ func TestMergeTakesOnlyTheGivenClasses(t *testing.T) {
 	assert.Equal(t, applied.Settings.Sysctls["vm.max_map_count"], "262144", "Merge leaves its inputs alone")
 }
 
+// TestOnlyRebootPolicyTakesEffectWithoutATurn: of the Live fields, the
+// ones that change something the machine runs wait for a Live turn, and
+// MergeChanges takes exactly the fields named.
+func TestOnlyRebootPolicyTakesEffectWithoutATurn(t *testing.T) {
+	applied := base()
+	desired := *base().DeepCopy()
+	desired.RebootPolicy = likenv1.RebootAuto
+	desired.Settings.Sysctls = map[string]string{"vm.swappiness": "1"}
+	desired.Settings.NTPServers = []string{"ntp.example.com"}
+	desired.Settings.Banner = "new"
+	inTurn, now := SplitLive(Only(Diff(applied, desired), likenv1.ClassLive))
+	assert.DeepEqual(t, Paths(inTurn), []string{FieldNTPServers, FieldSysctls})
+	assert.DeepEqual(t, Paths(now), []string{FieldRebootPolicy})
+	got := MergeChanges(applied, desired, now)
+	assert.DeepEqual(t, Paths(Diff(got, desired)), []string{FieldBanner, FieldNTPServers, FieldSysctls})
+	assert.Equal(t, applied.RebootPolicy, base().RebootPolicy, "MergeChanges leaves its inputs alone")
+}
+
 // TestEveryAPIFieldHasAClass walks the Go types of the API: a new field in
 // MachineSpec, NetworkSpec or SharedSettings must get a class here.
 func TestEveryAPIFieldHasAClass(t *testing.T) {

@@ -52,6 +52,11 @@ func (d *Daemon) configFailed(ctx context.Context, f *facts, what string, err er
 	d.config.Err = fmt.Errorf("%s: %w", what, err)
 	d.config.Backoff = min(max(2*d.config.Backoff, d.t.RetryMin), d.t.RetryMax)
 	d.config.RetryAt = d.clock.Now().Add(d.config.Backoff)
+	d.config.Declared = nil
+	if f.M != nil && f.C != nil {
+		declared := changes.Desired(f.M, f.C)
+		d.config.Declared = &declared
+	}
 	d.mu.Unlock()
 	if first {
 		d.event(f.M, f.C, "Warning", ReasonApplyFailed, "Apply", "Could not apply %s: %v. Correct the value in the Machine or Cluster; liken retries", what, err)
@@ -122,19 +127,37 @@ func (a applyAtBoot) do(ctx context.Context, d *Daemon, f *facts) {
 	klog.FromContext(ctx).Info("Applied the configuration at boot after a retry")
 }
 
-// applyLive applies Live changes.
+// applyLive applies Live changes: those that need no turn at once, the
+// others in the Live turn for change turn. An apply that fails is undone
+// (what was applied before, applied again) and retried after a backoff.
 type applyLive struct {
 	cfg     changes.Config
 	changed []changes.Change
+	turn    string
 }
 
 func (a applyLive) String() string {
+	if a.turn != "" {
+		return "apply live in the turn for change " + a.turn + ": " + strings.Join(changes.Paths(a.changed), ", ")
+	}
 	return "apply live " + strings.Join(changes.Paths(a.changed), ", ")
 }
 
 func (a applyLive) do(ctx context.Context, d *Daemon, f *facts) {
+	log := klog.FromContext(ctx)
 	fields := strings.Join(changes.Paths(a.changed), ", ")
+	if a.turn != "" {
+		// The ledger is the only truth: read it from the API server, not
+		// the cache, right before the change.
+		if ok, err := d.ledgerGrants(ctx, f, a.turn, "the live change"); err != nil || !ok {
+			d.retryLater(retryLive)
+			return
+		}
+	}
 	if err := d.o.Applier.ApplyLive(ctx, a.cfg, a.changed); err != nil {
+		if undo := d.o.Applier.ApplyLive(ctx, *f.St.Applied, a.changed); undo != nil {
+			log.Error(undo, "Applying the previous values again after a live change failed", "fields", fields)
+		}
 		d.configFailed(ctx, f, "live change of "+fields, err)
 		return
 	}
@@ -144,8 +167,13 @@ func (a applyLive) do(ctx context.Context, d *Daemon, f *facts) {
 		return
 	}
 	d.configApplied()
-	klog.FromContext(ctx).Info("Applied live changes", "fields", changes.Paths(a.changed))
-	d.event(f.M, f.C, "Normal", ReasonConfigApplied, "ApplyLive", "Applied %s live", fields)
+	if a.turn == "" {
+		log.Info("Applied live changes", "fields", changes.Paths(a.changed))
+		d.event(f.M, f.C, "Normal", ReasonConfigApplied, "ApplyLive", "Applied %s live", fields)
+		return
+	}
+	log.Info("Applied live changes in the turn", "fields", changes.Paths(a.changed), "change", a.turn)
+	d.event(f.M, f.C, "Normal", ReasonConfigApplied, "ApplyLive", "Applied %s live in the turn for change %s (no cordon, no drain, no reboot); the turn ends once the status says so", fields, a.turn)
 }
 
 // stageBoot stages NextBoot and Reboot changes for the next boot.
@@ -172,13 +200,17 @@ func (a stageBoot) do(ctx context.Context, d *Daemon, f *facts) {
 	klog.FromContext(ctx).Info("Staged changes for the next boot", "fields", changes.Paths(a.changed))
 }
 
-// forgetConfigFailure forgets a failure whose backoff is over once
-// nothing is left to apply.
-type forgetConfigFailure struct{}
+// forgetConfigFailure forgets a failure: its backoff is over and nothing
+// is left to apply, or the declared configuration changed since (a person
+// corrected the value: it is tried at once).
+type forgetConfigFailure struct{ why string }
 
-func (forgetConfigFailure) String() string { return "forget the configuration failure" }
+func (a forgetConfigFailure) String() string { return "forget the configuration failure: " + a.why }
 
-func (forgetConfigFailure) do(_ context.Context, d *Daemon, _ *facts) { d.configApplied() }
+func (a forgetConfigFailure) do(ctx context.Context, d *Daemon, _ *facts) {
+	klog.FromContext(ctx).Info("Forgetting the configuration failure", "why", a.why)
+	d.configApplied()
+}
 
 // forgetK3sFailure forgets a failed restart of k3s.
 type forgetK3sFailure struct{ why string }

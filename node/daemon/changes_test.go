@@ -94,8 +94,9 @@ func (e *env) recorded(op, field string) changes.Record {
 
 // TestClassOfEveryFieldReachesTheMachine changes each declared field of a
 // Ready machine and checks what the machine does: Live applies within
-// seconds and asks for no turn, RestartK3s asks for a turn and restarts
-// k3s in place in it (TestRestartK3sOnlyInTheTurn), NextBoot waits for the next boot and asks for no turn,
+// seconds in a Live turn (rebootPolicy at once, with no turn),
+// RestartK3s asks for a turn and restarts k3s in place in it
+// (TestRestartK3sOnlyInTheTurn), NextBoot waits for the next boot and asks for no turn,
 // Reboot is staged in status.pending and takes exactly one turn.
 func TestClassOfEveryFieldReachesTheMachine(t *testing.T) {
 	assert.Equal(t, len(classCases), len(changes.Fields), "every field of the class table has a case")
@@ -108,15 +109,23 @@ func TestClassOfEveryFieldReachesTheMachine(t *testing.T) {
 			e.change(tc)
 			switch tc.class {
 			case likenv1.ClassLive, likenv1.ClassRestartK3s:
-				op := changes.OpLive
+				op, reason := changes.OpLive, likenv1.TurnLive
 				if tc.class == likenv1.ClassRestartK3s {
-					op = changes.OpRestartK3s
+					op, reason = changes.OpRestartK3s, likenv1.TurnRestartK3s
+				}
+				if tc.field != changes.FieldRebootPolicy {
 					m := e.waitFor("asking for a turn", func(m *likenv1.Machine) bool { return m.Status.Change != "" })
 					assert.Equal(t, e.restarts(), 0, "k3s restarts only in the turn")
+					assert.Assert(t, !slices.ContainsFunc(e.m.Recorder.Records(), func(r changes.Record) bool { return r.Op == op && slices.Contains(r.Fields, tc.field) }),
+						"%s applied before its turn", tc.field)
 					assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn)
-					e.grantK3s()
+					assert.Equal(t, m.Status.Phase, likenv1.MachineRebootPending)
+					assert.DeepEqual(t, m.Status.Pending[0].Class, tc.class)
+					e.grantInPlace(reason)
 					e.recorded(op, tc.field)
-					e.kubeletBack()
+					if tc.class == likenv1.ClassRestartK3s {
+						e.kubeletBack()
+					}
 				}
 				e.recorded(op, tc.field)
 				took := time.Since(start)

@@ -169,7 +169,7 @@ func TestLeaderK3sTurnWaitsForItsControlPlane(t *testing.T) {
 	})
 	notReady := errors.New("this leader's API server is not ready: https://127.0.0.1:6443/readyz answered 500 Internal Server Error: etcd failed: reason withheld")
 	cp.set(notReady)
-	change := e.grantK3s()
+	change := e.grantInPlace(likenv1.TurnRestartK3s)
 	e.waitEvent(daemon.ReasonK3sRestarted, change)
 	e.kubeletBack()
 	m := e.waitFor("holding the turn until the control plane is back", func(m *likenv1.Machine) bool {
@@ -241,7 +241,7 @@ func TestLeaderK3sRestartWaitsForTheDatastore(t *testing.T) {
 	e.waitFor("the leader asks for a turn", func(m *likenv1.Machine) bool {
 		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != ""
 	})
-	change := e.grantK3s()
+	change := e.grantInPlace(likenv1.TurnRestartK3s)
 	m := e.waitFor("the restart waiting for the datastore", func(m *likenv1.Machine) bool {
 		return strings.Contains(cond(m, likenv1.ConditionReady).Message, "the restart of k3s in its turn waits, because "+errPeerDown.Error())
 	})

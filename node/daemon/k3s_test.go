@@ -63,14 +63,14 @@ func newLeader(t *testing.T, o daemon.Options) (*env, func() daemon.Options) {
 	return e, opts
 }
 
-// grantK3s plays cluster-operator: it records a RestartK3s turn for the
+// grantInPlace plays cluster-operator: it records a turn of reason (Live or RestartK3s) for the
 // change the machine reports, and returns the change.
-func (e *env) grantK3s() string {
+func (e *env) grantInPlace(reason likenv1.TurnReason) string {
 	e.t.Helper()
 	m := e.machine()
 	assert.Assert(e.t, m.Status.Change != "", "the machine asks for no turn")
 	c := e.cluster()
-	c.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Reason: likenv1.TurnRestartK3s, Change: m.Status.Change, Leader: m.Spec.Role == likenv1.RoleLeader,
+	c.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Reason: reason, Change: m.Status.Change, Leader: m.Spec.Role == likenv1.RoleLeader,
 		BootID: m.Status.Observed.BootID, GrantedAt: metav1.Now()}}
 	_, err := e.lk.LikenV1alpha1().Clusters().UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
 	assert.NilError(e.t, err)
@@ -140,7 +140,7 @@ func TestRestartK3sOnlyInTheTurn(t *testing.T) {
 				assert.Equal(t, cond(m, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn, "no approval for a k3s restart")
 				assert.Equal(t, e.restarts(), 0)
 
-				change := e.grantK3s()
+				change := e.grantInPlace(likenv1.TurnRestartK3s)
 				rec := e.recorded(changes.OpRestartK3s, tc.field)
 				assert.DeepEqual(t, rec.Fields, []string{tc.field})
 				// The Node's Ready from before the restart does not end the turn.
@@ -190,7 +190,7 @@ func TestLeaderK3sChangeWaitsBehindAReboot(t *testing.T) {
 	r = e.m.Start(t, opts())
 	e.waitingForTurn()
 	e.revoke() // cluster-operator ends the reboot turn
-	e.grantK3s()
+	e.grantInPlace(likenv1.TurnRestartK3s)
 	e.recorded(changes.OpRestartK3s, changes.FieldK3sArgs)
 	e.kubeletBack()
 	e.waitPhase(likenv1.MachineReady)
@@ -232,12 +232,12 @@ func TestK3sTurnSurvivesRestartsAndPowerCuts(t *testing.T) {
 			if tc.during {
 				hang := make(chan struct{})
 				a.set(nil, hang)
-				e.grantK3s()
+				e.grantInPlace(likenv1.TurnRestartK3s)
 				<-hang
 				assert.NilError(t, r.Stop())
 				a.set(nil, nil)
 			} else {
-				e.grantK3s()
+				e.grantInPlace(likenv1.TurnRestartK3s)
 				e.waitEvent(daemon.ReasonK3sRestarted, "")
 				assert.NilError(t, r.Stop())
 			}
@@ -284,7 +284,7 @@ func TestK3sRestartFailsInTheTurn(t *testing.T) {
 	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
 	e.waitingForTurn()
 	a.set(errors.New("k3s.service failed to start"), nil)
-	change := e.grantK3s()
+	change := e.grantInPlace(likenv1.TurnRestartK3s)
 	m := e.waitFor("Degraded, holding the turn", func(m *likenv1.Machine) bool {
 		return m.Status.Phase == likenv1.MachineDegraded && strings.Contains(cond(m, likenv1.ConditionReady).Message, "k3s.service failed to start")
 	})
@@ -299,7 +299,7 @@ func TestK3sRestartFailsInTheTurn(t *testing.T) {
 		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != "" && m.Status.Change != change
 	})
 	assert.Equal(t, m.Status.Pending[0].Class, likenv1.ClassRestartK3s)
-	e.grantK3s()
+	e.grantInPlace(likenv1.TurnRestartK3s)
 	rec := e.recorded(changes.OpRestartK3s, "")
 	assert.Assert(t, is.Len(rec.Config.Settings.K3sArgs, 0), "k3s restarts with the declared arguments")
 	e.kubeletBack()
@@ -324,7 +324,7 @@ func TestAliveSaysWhenAReconcileIsStuck(t *testing.T) {
 	e.waitingForTurn()
 	hang := make(chan struct{})
 	a.set(nil, hang)
-	e.grantK3s()
+	e.grantInPlace(likenv1.TurnRestartK3s)
 	<-hang
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if err := r.Daemon.Alive(); err != nil {
@@ -349,7 +349,7 @@ func TestFirstBootRestartsTheAgentForItsSettings(t *testing.T) {
 			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
 			e.m.Start(t, e.options())
 			e.waitingForTurn()
-			e.grantK3s()
+			e.grantInPlace(likenv1.TurnRestartK3s)
 			rec := e.recorded(changes.OpRestartK3s, changes.FieldK3sArgs)
 			assert.DeepEqual(t, rec.Fields, []string{changes.FieldK3sArgs})
 			e.kubeletBack()
@@ -388,7 +388,7 @@ func TestK3sRestartRolledBack(t *testing.T) {
 			e.waitPhase(likenv1.MachineReady)
 			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.K3sArgs = newArgs })
 			e.waitingForTurn()
-			change := e.grantK3s()
+			change := e.grantInPlace(likenv1.TurnRestartK3s)
 			e.recorded(changes.OpRestartK3s, changes.FieldK3sArgs)
 			e.setNodeReady(false) // the kubelet refuses the new arguments
 			e.waitFor("holding the turn while the node is not Ready", func(m *likenv1.Machine) bool {

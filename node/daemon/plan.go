@@ -129,6 +129,9 @@ type configFailure struct {
 	Err     error
 	RetryAt time.Time
 	Backoff time.Duration
+	// Declared is what the Machine and the Cluster declared when it
+	// failed: a value corrected since is tried at once.
+	Declared *changes.Config
 }
 
 // turnRun is the progress of the reboot turn this liken-node runs, step by
@@ -171,6 +174,7 @@ const (
 	retryK3sFailure   = "k3sFailure"
 	retryBeginTurn    = "beginTurn"
 	retryDropTurn     = "dropTurn"
+	retryLive         = "live"
 )
 
 // retrying says whether the action of key failed and waits for its retry;
@@ -204,9 +208,14 @@ type view struct {
 	desired   changes.Config
 	rebootCfg []changes.Change
 	nextBoot  []changes.Change
+	// live are the Live changes that wait for a Live turn.
+	live []changes.Change
 	// k3s are the RestartK3s changes, which wait for a turn.
 	k3s     []changes.Change
 	request string
+	// liveTurn: the change asks for a Live turn (nothing waits for a
+	// reboot; Live changes go before RestartK3s ones).
+	liveTurn bool
 	// k3sTurn: the change asks for a RestartK3s turn (only RestartK3s
 	// changes wait; a reboot turn goes first when anything needs one).
 	k3sTurn bool
@@ -263,7 +272,7 @@ func decide(f *facts) plan {
 	p := plan{v: v}
 	for _, step := range []func(*facts, *view) action{
 		decideEvents, decideConfig, decideRelease, decidePending,
-		decideK3sTurn, decideTurn, decideCordon, decideTrial, decideStatus, decideCommit,
+		decideLiveTurn, decideK3sTurn, decideTurn, decideCordon, decideTrial, decideStatus, decideCommit,
 	} {
 		if a := step(f, v); a != nil {
 			p.Do = a
@@ -282,13 +291,16 @@ func decideEvents(f *facts, _ *view) action {
 	return nil
 }
 
-// decideConfig applies Live changes and stages the NextBoot and Reboot
-// ones for the next boot; RestartK3s ones wait for a turn
-// (decideK3sTurn). The first configuration of a machine is what its first
+// decideConfig applies the Live changes that need no turn and stages the
+// NextBoot and Reboot ones for the next boot; other Live changes and
+// RestartK3s ones wait for a turn (decideLiveTurn, decideK3sTurn). The first configuration of a machine is what its first
 // boot applies.
 func decideConfig(f *facts, v *view) action {
 	v.desired = changes.Desired(v.m, v.c)
 	backingOff := f.Config.Err != nil && v.now.Before(f.Config.RetryAt)
+	if backingOff && f.Config.Declared != nil && len(changes.Diff(*f.Config.Declared, v.desired)) > 0 {
+		return forgetConfigFailure{why: "the declared configuration changed since"}
+	}
 	if backingOff {
 		v.requeue(f.Config.RetryAt.Sub(v.now))
 	}
@@ -312,11 +324,8 @@ func decideConfig(f *facts, v *view) action {
 	}
 	applied := *f.St.Applied
 	diff := changes.Diff(applied, v.desired)
-	// Live changes wait while k3s restarts in its turn, so that the turn's
-	// outcome (the Node Ready again, or the rollback) is judged on one
-	// change at a time.
-	if live := changes.Only(diff, likenv1.ClassLive); len(live) > 0 && k3sHeld(f) == nil {
-		return applyLive{cfg: changes.Merge(applied, v.desired, likenv1.ClassLive), changed: live}
+	if _, now := changes.SplitLive(changes.Only(diff, likenv1.ClassLive)); len(now) > 0 {
+		return applyLive{cfg: changes.MergeChanges(applied, v.desired, now), changed: now}
 	}
 	nb := applied
 	if f.St.NextBoot != nil {
@@ -328,7 +337,7 @@ func decideConfig(f *facts, v *view) action {
 	if f.Config.Err != nil {
 		// The backoff is over and nothing is left to apply: a restart of
 		// k3s that failed is retried next (decideK3sTurn).
-		return forgetConfigFailure{}
+		return forgetConfigFailure{why: "its backoff is over and nothing is left to apply"}
 	}
 	return nil
 }
@@ -342,6 +351,7 @@ func pendingConfig(f *facts, v *view) {
 	diff := changes.Diff(*f.St.Applied, v.desired)
 	v.rebootCfg = changes.Only(diff, likenv1.ClassReboot)
 	v.nextBoot = changes.Only(diff, likenv1.ClassNextBoot)
+	v.live, _ = changes.SplitLive(changes.Only(diff, likenv1.ClassLive))
 	v.k3s = changes.Only(diff, likenv1.ClassRestartK3s)
 	if len(v.k3s) == 0 && f.St.K3sRestartDue {
 		// What k3s runs is not known: restart it with what is declared.
@@ -515,17 +525,25 @@ func decidePending(f *facts, v *view) action {
 		add(changes.FieldRebootRequest, likenv1.ClassReboot, r)
 		ids = append(ids, "request="+r)
 	}
-	// RestartK3s changes are listed; they ask for a turn of their own
-	// only when nothing waits for a reboot (the reboot turn goes first,
-	// and they ask after it).
+	// Live and RestartK3s changes are listed; they ask for a turn of
+	// their own only when nothing waits for a reboot (the reboot turn goes
+	// first, and they ask after it), the Live ones first: one turn judges
+	// one kind of change.
 	rebootAsk := len(ids) > 0
-	for _, c := range v.k3s {
+	v.liveTurn = !rebootAsk && len(v.live) > 0
+	for _, c := range v.live {
 		add(c.Field, c.Class, c.Value)
-		if !rebootAsk {
+		if v.liveTurn {
 			ids = append(ids, c.Field+"="+c.Value)
 		}
 	}
-	v.k3sTurn = !rebootAsk && len(v.k3s) > 0
+	v.k3sTurn = !rebootAsk && !v.liveTurn && len(v.k3s) > 0
+	for _, c := range v.k3s {
+		add(c.Field, c.Class, c.Value)
+		if v.k3sTurn {
+			ids = append(ids, c.Field+"="+c.Value)
+		}
+	}
 	for _, c := range v.nextBoot {
 		// Remembered for since, not listed: they ask for no reboot.
 		s := since(c.Field, c.Value)
@@ -590,6 +608,22 @@ func ledgerEntry(c *likenv1.Cluster, machine string) *likenv1.RebootTurn {
 		}
 	}
 	return nil
+}
+
+// decideLiveTurn applies the Live changes in the Live turn the ledger
+// grants them: no cordon, no drain, no reboot. Not while another turn is
+// under way (a restart of k3s is judged on one change at a time). The
+// turn ends when the status says the changes are applied; an apply that
+// fails keeps it, so the value reaches no other machine
+// (docs/design/protocol.md#live-changes-in-turns).
+func decideLiveTurn(f *facts, v *view) action {
+	if !v.liveTurn || !asking(f, v) || f.St.Turn != nil || f.Run != nil || f.ActorsStopping > 0 || f.retrying(v, retryLive) {
+		return nil
+	}
+	if e := ledgerEntry(v.c, f.Machine); e == nil || e.Change != v.change {
+		return nil
+	}
+	return applyLive{cfg: changes.MergeChanges(*f.St.Applied, v.desired, v.live), changed: v.live, turn: v.change}
 }
 
 // decideK3sTurn runs a RestartK3s turn, each step on disk before the next,
@@ -695,7 +729,7 @@ func decideTurn(f *facts, v *view) action {
 		}
 		return resumeTurn{turn: *t}
 	}
-	if !asking(f, v) || !granted(v.change) || v.k3sTurn || !rules.Cleared(v.m, v.change) || f.retrying(v, retryBeginTurn) {
+	if !asking(f, v) || !granted(v.change) || v.liveTurn || v.k3sTurn || !rules.Cleared(v.m, v.change) || f.retrying(v, retryBeginTurn) {
 		// A turn the ledger lists for a change not approved yet waits for
 		// liken approve-reboot (the RebootPending condition says so).
 		return nil

@@ -203,8 +203,60 @@ func TestDecide(t *testing.T) {
 				f.Config = configFailure{Err: errors.New("first configuration: disk full"), RetryAt: planNow.Add(5 * time.Second)}
 			},
 			check: func(t *testing.T, _ *facts, p plan) { assert.Equal(t, p.After, 5*time.Second) }},
-		{name: "a Live change is applied", edit: func(f *facts) { f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10" },
-			want: "apply live " + changes.FieldSysctls},
+		{name: "a Live change asks for a Live turn, whatever the reboot policy",
+			edit: func(f *facts) {
+				f.M.Spec.RebootPolicy = likenv1.RebootManual
+				f.St.Applied.RebootPolicy = likenv1.RebootManual
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
+				since(f)
+			},
+			check: func(t *testing.T, f *facts, p plan) {
+				st := machineStatus(f, p.v)
+				assert.Equal(t, st.Phase, likenv1.MachineRebootPending)
+				assert.Assert(t, st.Change != "")
+				assert.DeepEqual(t, st.Pending, []likenv1.PendingChange{{Field: changes.FieldSysctls, Class: likenv1.ClassLive, Since: apiTime(planNow)}})
+				assert.Equal(t, cond(st, likenv1.ConditionRebootPending).Reason, likenv1.ReasonAwaitingTurn)
+				assert.Check(t, is.Contains(cond(st, likenv1.ConditionRebootPending).Message, "no more than maxUnavailable"))
+			}},
+		{name: "a Live change is applied in its turn",
+			edit: func(f *facts) { f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"; since(f); granted(f) },
+			want: "apply live in the turn for change "},
+		{name: "a Live turn granted for another change waits",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
+				since(f)
+				granted(f)
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "20"
+				since(f)
+			}},
+		{name: "a change of rebootPolicy takes effect at once, with no turn",
+			edit: func(f *facts) { f.M.Spec.RebootPolicy = likenv1.RebootManual },
+			want: "apply live " + changes.FieldRebootPolicy},
+		{name: "a Reboot change waiting goes first: the Live change asks after the reboot", want: "take the reboot turn",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
+				f.C.Spec.Settings.KernelArgs = []string{"mitigations=off"}
+				nb := changes.Merge(*f.St.Applied, changes.Desired(f.M, f.C), likenv1.ClassNextBoot, likenv1.ClassReboot)
+				st := f.St.clone()
+				st.NextBoot = &nb
+				f.St = st
+				since(f)
+				granted(f) // a reboot turn: the Live change is not applied in it
+			},
+			check: func(t *testing.T, f *facts, p plan) {
+				st := machineStatus(f, p.v)
+				assert.Equal(t, st.Phase, likenv1.MachineRebootPending)
+				assert.Assert(t, p.v.change != "" && !p.v.liveTurn)
+				assert.Check(t, is.Contains(cond(st, likenv1.ConditionConfigApplied).Message, "after the reboot that waits"))
+			}},
+		{name: "Live changes ask before RestartK3s ones",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
+				f.C.Spec.Settings.K3sArgs = []string{"--max-pods=150"}
+				since(f)
+				granted(f)
+			},
+			want: "apply live in the turn for change "},
 		{name: "a Live change waits while k3s restarts in its turn",
 			edit: func(f *facts) {
 				k3sTurn(f, planNow.Add(-time.Minute))
@@ -228,6 +280,23 @@ func TestDecide(t *testing.T) {
 				st := machineStatus(f, p.v)
 				assert.Equal(t, st.Phase, likenv1.MachineDegraded)
 				assert.Equal(t, cond(st, likenv1.ConditionConfigApplied).Reason, ReasonApplyFailed)
+			}},
+		{name: "a configuration failure is forgotten at once when the value is corrected",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
+				declared := changes.Desired(f.M, f.C)
+				f.Config = configFailure{Err: errors.New("live change: no such sysctl"), RetryAt: planNow.Add(time.Minute), Declared: &declared}
+				delete(f.C.Spec.Settings.Sysctls, "net.no_such_parameter")
+			},
+			want: "forget the configuration failure: the declared configuration changed since"},
+		{name: "a configuration failure waits for its backoff while the value is the one that failed",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
+				declared := changes.Desired(f.M, f.C)
+				f.Config = configFailure{Err: errors.New("live change: no such sysctl"), RetryAt: planNow.Add(time.Minute), Declared: &declared}
+			},
+			check: func(t *testing.T, f *facts, p plan) {
+				assert.Equal(t, machineStatus(f, p.v).Phase, likenv1.MachineDegraded)
 			}},
 		{name: "a configuration failure is forgotten after its backoff when nothing is left to apply",
 			edit: func(f *facts) {

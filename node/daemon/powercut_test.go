@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,7 +332,7 @@ func (r *rebootRecorder) Reboot(context.Context) error {
 }
 
 // TestTrialEndsWhileItsReconcileHangs: a trial boot whose reconcile hangs
-// (here a Live change whose apply never returns) is still ended at its
+// (here a change of rebootPolicy whose apply never returns) is still ended at its
 // deadline: the trial timer takes no lock the reconcile holds. When the
 // reboot then fails too, the watchdog is no longer fed once the deadline
 // passed, so it resets the machine into the proven slot.
@@ -349,8 +350,9 @@ func TestTrialEndsWhileItsReconcileHangs(t *testing.T) {
 			e.grant()
 			waitExit(t, r)
 
-			// The trial boot applies a Live change at once, and the apply hangs.
-			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.NTPServers = []string{"ntp.example.com"} })
+			// The trial boot applies a change that needs no turn at once
+			// (rebootPolicy), and the apply hangs.
+			e.editMachine(func(m *likenv1.Machine) { m.Spec.RebootPolicy = likenv1.RebootManual })
 			hung := make(chan struct{})
 			wd := &watchdog.Fake{}
 			o := e.options()
@@ -392,10 +394,11 @@ func (refusingRebooter) Reboot(context.Context) error { return errors.New("the r
 type liveHangs struct {
 	*changes.Recorder
 	hung chan struct{}
+	once sync.Once
 }
 
 func (a *liveHangs) ApplyLive(ctx context.Context, _ changes.Config, _ []changes.Change) error {
-	close(a.hung)
+	a.once.Do(func() { close(a.hung) })
 	<-ctx.Done()
 	return ctx.Err()
 }

@@ -107,6 +107,10 @@ func machineStatus(f *facts, v *view) likenv1.MachineStatus {
 	switch {
 	case k3sHeld(f) != nil:
 		set(likenv1.ConditionRebootPending, metav1.ConditionFalse, "TurnTaken", fmt.Sprintf("the machine holds its turn for change %s: k3s restarts in place (no cordon, no drain, no reboot)", st.Change))
+	case st.Phase == likenv1.MachineRebootPending && v.liveTurn:
+		// No approval: rebootPolicy governs reboots.
+		set(likenv1.ConditionRebootPending, metav1.ConditionTrue, likenv1.ReasonAwaitingTurn,
+			fmt.Sprintf("change %s (%s) waits for a turn from cluster-operator to apply it in place under the disruption budget (leaders one at a time), so a value that breaks machines reaches no more than maxUnavailable of them; no cordon, no drain, no reboot", st.Change, pendingFields(st.Pending)))
 	case st.Phase == likenv1.MachineRebootPending && v.k3sTurn:
 		// No approval: rebootPolicy governs reboots, and a k3s restart
 		// keeps the pods running.
@@ -185,6 +189,12 @@ func machineStatus(f *facts, v *view) likenv1.MachineStatus {
 		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, f.Config.Err.Error()+"; correct the value in the Machine or Cluster, liken retries")
 	} else if kf := f.St.K3sFailure; kf != nil {
 		set(likenv1.ConditionConfigApplied, metav1.ConditionFalse, likenv1.ReasonK3sRestartFailed, kf.message(v.c.Name))
+	} else if len(v.live) > 0 {
+		msg := fmt.Sprintf("applied, except %s, which wait for this machine's turn to apply them in place (see the RebootPending condition)", strings.Join(changes.Paths(v.live), ", "))
+		if !v.liveTurn {
+			msg = fmt.Sprintf("applied, except %s, which wait for a turn to apply them in place after the reboot that waits", strings.Join(changes.Paths(v.live), ", "))
+		}
+		set(likenv1.ConditionConfigApplied, metav1.ConditionTrue, ReasonWaitingForTurn, msg)
 	} else if len(v.k3s) > 0 {
 		msg := fmt.Sprintf("applied, except %s, which wait for this machine's turn to restart k3s (see the RebootPending condition)", strings.Join(changes.Paths(v.k3s), ", "))
 		if !v.k3sTurn {
@@ -224,6 +234,9 @@ func phaseMessage(f *facts, v *view, st likenv1.MachineStatus) string {
 		}
 		return fmt.Sprintf("release %s is not staged yet; see the ReleaseVerified condition", v.target.Version)
 	case likenv1.MachineUpdatePending, likenv1.MachineRebootPending:
+		if v.liveTurn {
+			return "a change waits for a turn to apply it in place; see the RebootPending condition"
+		}
 		if v.k3sTurn {
 			return "a change waits for a turn to restart k3s; see the RebootPending condition"
 		}

@@ -425,13 +425,24 @@ const (
 	// within maxUnavailable, and leaders take them one at a time, so the
 	// datastore keeps its majority.
 	TurnRestartK3s TurnReason = "RestartK3s"
+	// TurnLive is a turn to apply changes of class Live (sysctls, DNS and
+	// NTP servers, the CA bundle, registry mirrors) in place: no cordon,
+	// no drain, no reboot. Granted like a RestartK3s turn, so a value
+	// that breaks machines reaches at most maxUnavailable of them.
+	TurnLive TurnReason = "Live"
 )
+
+// InPlace tells whether a turn of reason r changes the machine without a
+// reboot: no approval, no cordon, no drain.
+func (r TurnReason) InPlace() bool {
+	return r == TurnRestartK3s || r == TurnLive
+}
 
 // RebootTurn is one entry of the turn ledger.
 type RebootTurn struct {
 	// Machine holds the turn.
 	Machine string `json:"machine"`
-	// Reason is Release, Reboot or RestartK3s.
+	// Reason is Release, Reboot, Live or RestartK3s.
 	Reason TurnReason `json:"reason"`
 	// Change is the change the turn was granted for (the machine's
 	// status.change when the turn was granted).

@@ -132,15 +132,15 @@ const (
 	// for approval.
 	MachineUpdatePending MachinePhase = "UpdatePending"
 	// MachineRebootPending has another change staged that needs a reboot,
-	// and waits for its turn or for approval; on a leader, also a change
-	// of class RestartK3s that waits for its leader turn.
+	// and waits for its turn or for approval; or changes of class Live or
+	// RestartK3s that wait for a turn to apply them in place.
 	MachineRebootPending MachinePhase = "RebootPending"
 	// MachineUpdating holds a turn to reboot into a new release: cordon,
 	// drain, reboot, trial.
 	MachineUpdating MachinePhase = "Updating"
 	// MachineRebooting holds a turn for a reboot that is not a release
-	// change, or, on a leader, a RestartK3s turn: k3s restarts in place
-	// and the turn ends once the Node is Ready again.
+	// change, or a RestartK3s turn: k3s restarts in place and the turn
+	// ends once the Node is Ready again.
 	MachineRebooting MachinePhase = "Rebooting"
 	// MachineLost has sent no heartbeat for 40 s (written by
 	// cluster-operator).
@@ -206,8 +206,8 @@ type MachineStatus struct {
 	// Download is the progress of the download under way.
 	// +optional
 	Download *DownloadProgress `json:"download,omitempty"`
-	// Pending are the staged changes that wait for a reboot turn, and on a
-	// leader the RestartK3s changes that wait for a leader turn.
+	// Pending are the changes that wait for a turn: staged ones for a
+	// reboot turn, Live and RestartK3s ones for a turn in place.
 	// +optional
 	Pending []PendingChange `json:"pending,omitempty"`
 	// Change identifies the set of staged changes (a release and pending

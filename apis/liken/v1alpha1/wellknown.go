@@ -99,8 +99,8 @@ const (
 	// votes and is healthy, and its API server is ready. cluster-operator
 	// counts a leader whose condition is False as down.
 	ConditionControlPlaneReady = "ControlPlaneReady"
-	// ConditionConfigApplied on a Machine: every Live and RestartK3s
-	// change is in effect; the message lists what waits for a turn or the
+	// ConditionConfigApplied on a Machine: every declared value is in
+	// effect or staged; the message lists what waits for a turn or the
 	// next boot.
 	ConditionConfigApplied = "ConfigApplied"
 )

@@ -173,6 +173,13 @@ func WantsRestartK3s(m *likenv1.Machine) {
 	m.Status.Pending = []likenv1.PendingChange{{Field: "cluster.spec.settings.k3sArgs", Class: likenv1.ClassRestartK3s}}
 }
 
+// WantsLive lists a change of class Live that waits for a Live turn.
+func WantsLive(m *likenv1.Machine) {
+	m.Status.Phase = likenv1.MachineRebootPending
+	m.Status.Change = "change-" + m.Name
+	m.Status.Pending = []likenv1.PendingChange{{Field: "cluster.spec.settings.sysctls", Class: likenv1.ClassLive}}
+}
+
 // Change sets status.change.
 func Change(ch string) func(*likenv1.Machine) {
 	return func(m *likenv1.Machine) { m.Status.Change = ch }
