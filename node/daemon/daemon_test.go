@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	likenfake "liken.sh/liken/generated/clientset/versioned/fake"
@@ -447,12 +448,13 @@ func slotStates(m *likenv1.Machine) map[string]likenv1.SlotState {
 }
 
 // TestTrialThatNeverRejoins: the node never turns Ready, the trial times
-// out, the machine reboots to its proven slot and reports TrialFailed.
+// out at the default trial timeout (on the injected clock), the machine
+// reboots to its proven slot and reports TrialFailed.
 func TestTrialThatNeverRejoins(t *testing.T) {
 	e := newEnv(t, likenv1.RebootAuto)
 	e.editCluster(func(c *likenv1.Cluster) {
 		c.Spec.Version = v2
-		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
+		c.Spec.Disruption.TrialTimeout = nil // the default
 	})
 	e.trialGivesUp()
 
@@ -747,7 +749,6 @@ func TestTrialFailureAfterAResumeStillHolds(t *testing.T) {
 		}
 		c.Annotations[likenv1.AnnotationResumeRollout] = "resumed-once"
 		c.Spec.Version = v2
-		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
 	})
 	e.trialGivesUp()
 
@@ -760,7 +761,7 @@ func TestTrialFailureAfterAResumeStillHolds(t *testing.T) {
 
 // trialGivesUp runs the machine through a Release turn whose trial never
 // rejoins (its Node stays NotReady): the trial gives up and reboots. The
-// Cluster must already target v2 with a short trial timeout.
+// Cluster must already target v2.
 func (e *env) trialGivesUp() {
 	e.t.Helper()
 	r := e.start()
@@ -768,9 +769,23 @@ func (e *env) trialGivesUp() {
 	e.setNodeReady(false)
 	e.grant()
 	waitExit(e.t, r)
+	e.trialTimesOut()
+}
 
-	r = e.start()
+// trialTimesOut boots the armed trial on an injected clock, waits until
+// it reported itself, and moves the clock past the Cluster's trial
+// timeout: the trial gives up and reboots.
+func (e *env) trialTimesOut() {
+	e.t.Helper()
+	o := e.options()
+	clk := clocktesting.NewFakeClock(time.Now())
+	o.Clock = clk
+	r := e.m.Start(e.t, o)
 	assert.Assert(e.t, r.Boot.Trial)
+	e.waitFor("the trial boot's status", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineUpdating && m.Status.Slot == "B"
+	})
+	clk.Step(e.cluster().Spec.Disruption.TrialTimeoutOrDefault() + time.Second)
 	waitExit(e.t, r)
 }
 
@@ -781,10 +796,7 @@ func (e *env) trialGivesUp() {
 // first seen, not the one when the trial was armed.
 func TestTrialFailureAfterAResumeDuringTheTrial(t *testing.T) {
 	e := newEnv(t, likenv1.RebootAuto)
-	e.editCluster(func(c *likenv1.Cluster) {
-		c.Spec.Version = v2
-		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 3 * time.Second}
-	})
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
 	r := e.start()
 	e.waitPhase(likenv1.MachineUpdatePending)
 	e.setNodeReady(false)
@@ -792,9 +804,7 @@ func TestTrialFailureAfterAResumeDuringTheTrial(t *testing.T) {
 	waitExit(t, r) // the trial is armed
 
 	e.editCluster(func(c *likenv1.Cluster) { c.Annotations[likenv1.AnnotationResumeRollout] = "resumed-during-the-trial" })
-	r = e.start()
-	assert.Assert(t, r.Boot.Trial)
-	waitExit(t, r) // the trial gives up
+	e.trialTimesOut()
 
 	r = e.start()
 	assert.Assert(t, !r.Boot.Trial)
