@@ -615,7 +615,7 @@ func (c *Controller) drains(cluster *likenv1.Cluster, machines []*likenv1.Machin
 
 // unsettled reads, for the machines of cluster that hold a turn or settle
 // after one, what their workloads still lack before they are settled. A
-// machine rebooted in its turn unless it was a RestartK3s turn; a
+// machine rebooted in its turn unless it was a Live or RestartK3s turn; a
 // simulated machine's Node reports no boot ID, and its pods do not
 // restart.
 func (c *Controller) unsettled(cluster *likenv1.Cluster, nodes map[string]Node) (map[string][]string, error) {

@@ -904,8 +904,9 @@ func endRestartK3s(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, 
 }
 
 // endLive says whether the Live turn t of machine m ends: once the
-// machine reports the change applied (it no longer asks for it, and its
-// ConfigApplied condition is not False) and its Node is not NotReady. A
+// machine reports the change applied (it no longer asks for it, lists no
+// Live change, and its ConfigApplied condition is not False) and its Node
+// is not NotReady; taken back when it asks for other values. A
 // machine whose apply failed keeps its turn, so the value goes no
 // further than the machines that hold turns; the stall timeout then
 // halts the rollout and names it.
@@ -923,9 +924,13 @@ func endLive(t likenv1.RebootTurn, m *likenv1.Machine, node Node) (Ended, bool) 
 	if node.State == fleet.NodeNotReady {
 		return Ended{}, false
 	}
-	if m.Status.Change != "" {
-		return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
-			"Machine %s's Live turn ended: the values it was for are no longer declared, and it asks for change %s now", m.Name, m.Status.Change)}, true
+	if slices.ContainsFunc(m.Status.Pending, func(p likenv1.PendingChange) bool { return p.Class == likenv1.ClassLive }) {
+		why := "it asks for no turn now"
+		if m.Status.Change != "" {
+			why = fmt.Sprintf("it asks for change %s now", m.Status.Change)
+		}
+		return Ended{Turn: t, Result: ResultTakenBack, Message: fmt.Sprintf(
+			"Took back the Live turn of machine %s before it applied the changes: the values it was for are no longer declared, or it is %s; %s", m.Name, m.Status.Phase, why)}, true
 	}
 	return Ended{Turn: t, Result: ResultFinished, Message: fmt.Sprintf(
 		"Machine %s finished its Live turn: the changes are applied in place and the node is Ready (%s)", m.Name, m.Status.Phase)}, true
@@ -954,11 +959,20 @@ func oldestStalled(turns []likenv1.RebootTurn, now time.Time, timeout time.Durat
 	return out
 }
 
-func stallMessage(cluster string, t *likenv1.RebootTurn, timeout time.Duration) string {
-	return fmt.Sprintf("Machine %s has held its %s turn since %s, longer than the stall timeout (%s), and has not come back. "+
+// stallMessage says that machine m (nil: deleted) held its turn t past
+// the stall timeout; a machine that reports a change it could not apply
+// is named with its error, which is what to fix.
+func stallMessage(cluster string, t *likenv1.RebootTurn, m *likenv1.Machine, timeout time.Duration) string {
+	what := "has not come back"
+	if m != nil {
+		if c := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied); c != nil && c.Status == metav1.ConditionFalse {
+			what = fmt.Sprintf("could not apply its change: %s. Correct the value in the Cluster or Machine", clip.To(c.Message, maxMachineMessage))
+		}
+	}
+	return fmt.Sprintf("Machine %s has held its %s turn since %s, longer than the stall timeout (%s), and %s. "+
 		"No machine gets a turn until a person examines it: granting resumes by itself when it comes back or its Machine is deleted; "+
 		"to release its turn and resume now, run `liken rollout resume %s` (or set annotation %s on the Cluster to a new value).",
-		t.Machine, t.Reason, t.GrantedAt.UTC().Format(time.RFC3339), timeout, cluster, likenv1.AnnotationResumeRollout)
+		t.Machine, t.Reason, t.GrantedAt.UTC().Format(time.RFC3339), timeout, what, cluster, likenv1.AnnotationResumeRollout)
 }
 
 // orderMessage names, for machines that wait for a Release turn only

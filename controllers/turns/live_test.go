@@ -103,8 +103,11 @@ func TestLiveTurnsEnd(t *testing.T) {
 	done := func(m *likenv1.Machine) {
 		m.Status.Phase, m.Status.Change, m.Status.Pending = likenv1.MachineReady, "", nil
 	}
+	// applyFailed is the machine as it reports a failed apply: Degraded,
+	// still naming the turn's change.
 	applyFailed := func(m *likenv1.Machine) {
-		m.Status.Phase, m.Status.Change = likenv1.MachineDegraded, ""
+		tu.WantsLive(m)
+		m.Status.Phase = likenv1.MachineDegraded
 		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: likenv1.ConditionConfigApplied, Status: metav1.ConditionFalse,
 			Reason: "ApplyFailed", Message: "sysctl net.core.somaxconn: invalid argument"})
 	}
@@ -120,8 +123,8 @@ func TestLiveTurnsEnd(t *testing.T) {
 		{name: "applied, but its Node NotReady: keeps the turn", machine: tu.Machine("w1", done),
 			node: Node{State: fleet.NodeNotReady, Heartbeat: after, BootID: "boot-1-w1"}},
 		{name: "its apply failed: keeps the turn, so the value goes no further", machine: tu.Machine("w1", applyFailed), node: ready},
-		{name: "the value corrected after its apply failed, asking for the new one: ends", machine: tu.Machine("w1", tu.WantsLive, tu.Change("change-w1-corrected")),
-			node: ready, result: ResultFinished},
+		{name: "the value corrected after its apply failed, asking for the new one: taken back", machine: tu.Machine("w1", tu.WantsLive, tu.Change("change-w1-corrected")),
+			node: ready, result: ResultTakenBack},
 		{name: "lost keeps the turn", machine: tu.Machine("w1", tu.Phase(likenv1.MachineLost))},
 		{name: "deleted", result: ResultTakenBack},
 	}
@@ -149,7 +152,8 @@ func TestLiveTurnsEnd(t *testing.T) {
 
 // TestAFailingLiveValueReachesOnlyTheBudget plays a sysctl that the
 // machines refuse on four workers with maxUnavailable 1: the first
-// machine's failure keeps its turn, and no other machine gets one.
+// machine's failure keeps its turn, no other machine gets one, and past
+// the stall timeout the halt names the error.
 func TestAFailingLiveValueReachesOnlyTheBudget(t *testing.T) {
 	c := tu.Cluster("lab", tu.MaxUnavailable("1"))
 	machines := []*likenv1.Machine{tu.Machine("w1", tu.WantsLive), tu.Machine("w2", tu.WantsLive), tu.Machine("w3", tu.WantsLive), tu.Machine("w4", tu.WantsLive)}
@@ -167,17 +171,18 @@ func TestAFailingLiveValueReachesOnlyTheBudget(t *testing.T) {
 	}
 	d := decide(after)
 	assert.DeepEqual(t, granted(d), []string{"w1"})
-	machines[0].Status.Phase, machines[0].Status.Change = likenv1.MachineDegraded, ""
-	meta.SetStatusCondition(&machines[0].Status.Conditions, metav1.Condition{Type: likenv1.ConditionConfigApplied, Status: metav1.ConditionFalse, Reason: "ApplyFailed"})
+	machines[0].Status.Phase = likenv1.MachineDegraded // still naming the turn's change
+	meta.SetStatusCondition(&machines[0].Status.Conditions, metav1.Condition{Type: likenv1.ConditionConfigApplied, Status: metav1.ConditionFalse, Reason: "ApplyFailed",
+		Message: "live change of cluster.spec.settings.sysctls: sysctl net.ipv4.bad: this machine's kernel has no such parameter"})
 	for _, at := range []time.Duration{time.Second, time.Minute, 10 * time.Minute} {
 		d = decide(after.Add(at))
 		assert.Assert(t, is.Len(d.Granted, 0), "after %s", at)
 		assert.Equal(t, d.Status.Turns, "w1")
 	}
-	// The value corrected, w1 applies it: the next machine's turn.
-	machines[0].Status.Phase, machines[0].Status.Conditions = likenv1.MachineReady, nil
-	machines[0].Status.Pending = nil
-	d = decide(after.Add(11 * time.Minute))
-	assert.Equal(t, len(d.Ended), 1)
-	assert.DeepEqual(t, granted(d), []string{"w2"})
+	// Past the stall timeout, the halt names the error to fix.
+	d = decide(after.Add(31 * time.Minute))
+	assert.Assert(t, d.Halted != nil)
+	assert.Equal(t, d.Halted.Machine, "w1")
+	assert.Check(t, is.Contains(d.Halted.Message, "could not apply its change: live change of cluster.spec.settings.sysctls: sysctl net.ipv4.bad"))
+	assert.Assert(t, is.Len(d.Granted, 0))
 }

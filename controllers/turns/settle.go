@@ -137,7 +137,7 @@ func findStall(in Input, turns []likenv1.RebootTurn, settling []likenv1.Settling
 	c := in.Cluster
 	stallTimeout := c.Spec.Disruption.StallTimeoutOrDefault()
 	if t := oldestStalled(turns, in.Now, stallTimeout); t != nil {
-		return &stall{machine: t.Machine, message: stallMessage(c.Name, t, stallTimeout)}
+		return &stall{machine: t.Machine, message: stallMessage(c.Name, t, findMachine(in.Machines, t.Machine), stallTimeout)}
 	}
 	var out *likenv1.SettlingMachine
 	for i := range settling {

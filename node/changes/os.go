@@ -211,10 +211,28 @@ func (o *OS) sysctls(s map[string]string) error {
 			return fmt.Errorf("sysctl %s=%q would let a trial boot that hangs stay hung instead of rebooting into the proven slot (liken's boot script sets %s=1 on a trial): set it to 1 or remove it from the Cluster's settings.sysctls", k, s[k], g)
 		}
 	}
+	// Every parameter must exist in this kernel, and its value is kept:
+	// a value the kernel refuses puts the ones written before it back, so
+	// a change that fails changes nothing.
+	path := func(k string) string { return o.path(filepath.Join("proc/sys", strings.ReplaceAll(k, ".", "/"))) }
+	before := map[string][]byte{}
 	for _, k := range names {
-		p := o.path(filepath.Join("proc/sys", strings.ReplaceAll(k, ".", "/")))
-		if err := os.WriteFile(p, []byte(s[k]+"\n"), 0o644); err != nil {
-			return fmt.Errorf("setting sysctl %s=%s: %w", k, s[k], err)
+		fi, err := os.Stat(path(k))
+		if err != nil || fi.IsDir() {
+			return fmt.Errorf("sysctl %s: this machine's kernel has no such parameter; remove it from the Cluster's settings.sysctls or correct its name", k)
+		}
+		if b, err := os.ReadFile(path(k)); err == nil {
+			before[k] = b // a parameter that can only be written cannot be put back
+		}
+	}
+	for i, k := range names {
+		if err := os.WriteFile(path(k), []byte(s[k]+"\n"), 0o644); err != nil {
+			for _, w := range names[:i] {
+				if b, ok := before[w]; ok {
+					_ = os.WriteFile(path(w), b, 0o644)
+				}
+			}
+			return fmt.Errorf("setting sysctl %s=%s: %w (the kernel refused the value; the sysctls set before it were put back)", k, s[k], err)
 		}
 	}
 	return nil

@@ -31,8 +31,7 @@ func (l *cmdLog) run(_ context.Context, name string, args ...string) error {
 }
 
 func TestOSApplier(t *testing.T) {
-	root := t.TempDir()
-	assert.NilError(t, os.MkdirAll(filepath.Join(root, "proc/sys/vm"), 0o755))
+	root := sysRoot(t)
 	var log cmdLog
 	o := &OS{Root: root, Run: log.run, stat: blockDeviceStat}
 	cfg := base()
@@ -238,10 +237,12 @@ func (f *fakeNAT) run(_ context.Context, name string, args ...string) error {
 	return nil
 }
 
-// sysRoot is a root folder with the /proc/sys folder base's sysctl needs.
+// sysRoot is a root folder with the kernel parameter base's sysctl
+// sets, as /proc/sys has it.
 func sysRoot(t *testing.T) string {
 	root := t.TempDir()
 	assert.NilError(t, os.MkdirAll(filepath.Join(root, "proc/sys/vm"), 0o755))
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "proc/sys/vm/max_map_count"), []byte("65530\n"), 0o644))
 	return root
 }
 
@@ -517,6 +518,7 @@ func TestOSApplierRefusesBadValues(t *testing.T) {
 	cfg.Settings.Sysctls = map[string]string{"kernel.panic_on_oops": "0"}
 	assert.ErrorContains(t, o.ApplyLive(ctx, cfg, nil), `sysctl kernel.panic_on_oops="0" would let a trial boot that hangs stay hung`)
 	cfg.Settings.Sysctls = map[string]string{"kernel.hung_task_panic": "1"}
+	assert.NilError(t, os.WriteFile(filepath.Join(o.Root, "proc/sys/kernel/hung_task_panic"), []byte("0\n"), 0o644))
 	assert.NilError(t, o.ApplyLive(ctx, cfg, nil))
 	cfg = base()
 	cfg.Disks[0].MountPoint = "/etc"
@@ -524,6 +526,35 @@ func TestOSApplierRefusesBadValues(t *testing.T) {
 	cfg = base()
 	cfg.Settings.KernelArgs = []string{`init="/bin/sh"`}
 	assert.ErrorContains(t, o.StageBoot(ctx, cfg, nil), "kernel argument")
+}
+
+// TestOSSysctlsChangeAllOrNothing: a parameter the kernel does not have
+// is refused before any value is written, and a value the kernel refuses
+// puts back the values written before it.
+func TestOSSysctlsChangeAllOrNothing(t *testing.T) {
+	root := sysRoot(t)
+	o := &OS{Root: root, Run: (&cmdLog{}).run, stat: blockDeviceStat}
+	ctx := context.Background()
+	read := func(k string) string {
+		b, err := os.ReadFile(filepath.Join(root, "proc/sys", strings.ReplaceAll(k, ".", "/")))
+		assert.NilError(t, err)
+		return string(b)
+	}
+	cfg := base()
+	cfg.Settings.Sysctls = map[string]string{"vm.max_map_count": "262144", "vm.no_such_parameter": "1"}
+	assert.ErrorContains(t, o.ApplyLive(ctx, cfg, nil), "sysctl vm.no_such_parameter: this machine's kernel has no such parameter")
+	assert.Equal(t, read("vm.max_map_count"), "65530\n", "a value written before the refusal")
+
+	// vm.refuses stands for a parameter whose write the kernel refuses
+	// (here a socket, which cannot be opened): vm.max_map_count, written
+	// before it, is put back.
+	sock, err := net.Listen("unix", filepath.Join(root, "proc/sys/vm/refuses"))
+	assert.NilError(t, err)
+	defer sock.Close()
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "proc/sys/vm/max_map_count"), []byte("65530\n"), 0o644))
+	cfg.Settings.Sysctls = map[string]string{"vm.max_map_count": "262144", "vm.refuses": "1"}
+	assert.ErrorContains(t, o.ApplyLive(ctx, cfg, nil), "setting sysctl vm.refuses=1")
+	assert.Equal(t, read("vm.max_map_count"), "65530\n", "the value written before the refusal was not put back")
 }
 
 // TestOSApplierStaysInItsPlace feeds the applier values that would escape

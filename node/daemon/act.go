@@ -52,11 +52,7 @@ func (d *Daemon) configFailed(ctx context.Context, f *facts, what string, err er
 	d.config.Err = fmt.Errorf("%s: %w", what, err)
 	d.config.Backoff = min(max(2*d.config.Backoff, d.t.RetryMin), d.t.RetryMax)
 	d.config.RetryAt = d.clock.Now().Add(d.config.Backoff)
-	d.config.Declared = nil
-	if f.M != nil && f.C != nil {
-		declared := changes.Desired(f.M, f.C)
-		d.config.Declared = &declared
-	}
+	d.config.Turn, d.config.Failed = "", nil
 	d.mu.Unlock()
 	if first {
 		d.event(f.M, f.C, "Warning", ReasonApplyFailed, "Apply", "Could not apply %s: %v. Correct the value in the Machine or Cluster; liken retries", what, err)
@@ -159,6 +155,11 @@ func (a applyLive) do(ctx context.Context, d *Daemon, f *facts) {
 			log.Error(undo, "Applying the previous values again after a live change failed", "fields", fields)
 		}
 		d.configFailed(ctx, f, "live change of "+fields, err)
+		if a.turn != "" {
+			d.mu.Lock()
+			d.config.Turn, d.config.Failed = a.turn, a.changed
+			d.mu.Unlock()
+		}
 		return
 	}
 	cfg := a.cfg

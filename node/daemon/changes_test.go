@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -321,3 +322,58 @@ func TestDrainBlockedThenTurnTakenBack(t *testing.T) {
 }
 
 var _ = daemontest.NewChannel
+
+// liveRefuses records every call, and refuses a Live apply whose sysctls
+// name net.refused, as a kernel without the parameter does.
+type liveRefuses struct{ *changes.Recorder }
+
+func (a liveRefuses) ApplyLive(ctx context.Context, cfg changes.Config, changed []changes.Change) error {
+	err := a.Recorder.ApplyLive(ctx, cfg, changed)
+	if _, bad := cfg.Settings.Sysctls["net.refused"]; bad {
+		return errors.New("sysctl net.refused: this machine's kernel has no such parameter")
+	}
+	return err
+}
+
+// TestALiveValueThatFailsKeepsItsTurn: a Live value the machine cannot
+// apply in its turn is undone, the machine reads Degraded and keeps
+// reporting the turn's change (so cluster-operator keeps the turn and
+// grants the value to no other machine); corrected, the failure is
+// forgotten at once and the machine asks for the new value.
+func TestALiveValueThatFailsKeepsItsTurn(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	o := e.options()
+	o.Applier = liveRefuses{e.m.Recorder}
+	e.m.Start(t, o)
+	e.waitPhase(likenv1.MachineReady)
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.Sysctls["net.refused"] = "1" })
+	e.waitFor("asking for a Live turn", func(m *likenv1.Machine) bool { return m.Status.Change != "" })
+	turn := e.grantInPlace(likenv1.TurnLive)
+	m := e.waitPhase(likenv1.MachineDegraded)
+	assert.Equal(t, m.Status.Change, turn, "the failed machine no longer names its turn's change")
+	assert.Check(t, is.Contains(cond(m, likenv1.ConditionConfigApplied).Message, "net.refused"))
+	var lives []changes.Record
+	for _, r := range e.m.Recorder.Records() {
+		if r.Op == changes.OpLive {
+			lives = append(lives, r)
+		}
+	}
+	assert.Assert(t, len(lives) >= 2, "no apply and undo: %+v", lives)
+	assert.Equal(t, lives[0].Config.Settings.Sysctls["net.refused"], "1")
+	_, undone := lives[1].Config.Settings.Sysctls["net.refused"]
+	assert.Assert(t, !undone, "the failed apply was not undone with the values in effect")
+
+	e.editCluster(func(c *likenv1.Cluster) {
+		delete(c.Spec.Settings.Sysctls, "net.refused")
+		c.Spec.Settings.Sysctls["net.core.somaxconn"] = "4096"
+	})
+	m = e.waitFor("asking for the corrected value", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineRebootPending && m.Status.Change != "" && m.Status.Change != turn
+	})
+	assert.Equal(t, cond(m, likenv1.ConditionConfigApplied).Status, metav1.ConditionTrue)
+	e.grantInPlace(likenv1.TurnLive)
+	e.recorded(changes.OpLive, changes.FieldSysctls)
+	e.waitFor("the corrected value applied", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineReady && m.Status.Change == ""
+	})
+}

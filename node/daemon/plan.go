@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -129,9 +130,25 @@ type configFailure struct {
 	Err     error
 	RetryAt time.Time
 	Backoff time.Duration
-	// Declared is what the Machine and the Cluster declared when it
-	// failed: a value corrected since is tried at once.
-	Declared *changes.Config
+	// Turn is the change of the Live turn the failure happened in, and
+	// Failed the values that failed. The machine keeps reporting the
+	// turn's change, so the operator keeps its turn and grants the values
+	// to no other machine, until they are corrected (then it forgets the
+	// failure at once) or its retry in the same turn succeeds.
+	Turn   string
+	Failed []changes.Change
+}
+
+// liveCorrected tells whether a value of a failed Live turn is no longer
+// declared: a person corrected it.
+func liveCorrected(f *facts, v *view) bool {
+	now := changes.Diff(*f.St.Applied, v.desired)
+	for _, c := range f.Config.Failed {
+		if !slices.ContainsFunc(now, func(n changes.Change) bool { return n.Field == c.Field && n.Value == c.Value }) {
+			return true
+		}
+	}
+	return false
 }
 
 // turnRun is the progress of the reboot turn this liken-node runs, step by
@@ -298,8 +315,8 @@ func decideEvents(f *facts, _ *view) action {
 func decideConfig(f *facts, v *view) action {
 	v.desired = changes.Desired(v.m, v.c)
 	backingOff := f.Config.Err != nil && v.now.Before(f.Config.RetryAt)
-	if backingOff && f.Config.Declared != nil && len(changes.Diff(*f.Config.Declared, v.desired)) > 0 {
-		return forgetConfigFailure{why: "the declared configuration changed since"}
+	if f.Config.Turn != "" && f.St.Applied != nil && liveCorrected(f, v) {
+		return forgetConfigFailure{why: "a value that failed in the Live turn was corrected"}
 	}
 	if backingOff {
 		v.requeue(f.Config.RetryAt.Sub(v.now))
@@ -335,8 +352,16 @@ func decideConfig(f *facts, v *view) action {
 		return stageBoot{cfg: changes.Merge(nb, v.desired, likenv1.ClassNextBoot, likenv1.ClassReboot), changed: boot}
 	}
 	if f.Config.Err != nil {
+		if inTurn, _ := changes.SplitLive(changes.Only(diff, likenv1.ClassLive)); f.Config.Turn != "" && !slices.Equal(inTurn, f.Config.Failed) {
+			// Other Live values were declared since, the failed ones
+			// still with them: retried only in a turn for them all, which
+			// the operator grants once this one ends; it ends once the
+			// failed values are corrected.
+			return nil
+		}
 		// The backoff is over and nothing is left to apply: a restart of
-		// k3s that failed is retried next (decideK3sTurn).
+		// k3s that failed, or a Live change that failed in its turn, is
+		// retried next (decideK3sTurn, decideLiveTurn).
 		return forgetConfigFailure{why: "its backoff is over and nothing is left to apply"}
 	}
 	return nil
@@ -620,8 +645,8 @@ func decideLiveTurn(f *facts, v *view) action {
 	if !v.liveTurn || !asking(f, v) || f.St.Turn != nil || f.Run != nil || f.ActorsStopping > 0 || f.retrying(v, retryLive) {
 		return nil
 	}
-	if e := ledgerEntry(v.c, f.Machine); e == nil || e.Change != v.change {
-		return nil
+	if e := ledgerEntry(v.c, f.Machine); e == nil || e.Change != v.change || e.Reason != likenv1.TurnLive {
+		return nil // a turn of another reason is not for applying values in place
 	}
 	return applyLive{cfg: changes.MergeChanges(*f.St.Applied, v.desired, v.live), changed: v.live, turn: v.change}
 }

@@ -109,9 +109,25 @@ func since(f *facts) { settle(f, "") }
 
 // granted lists the machine's pending change in the Cluster's ledger.
 func granted(f *facts) string {
-	change := decide(f).v.change
-	f.C.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Change: change}}
-	return change
+	v := decide(f).v
+	reason := likenv1.TurnReboot
+	switch {
+	case v.staged:
+		reason = likenv1.TurnRelease
+	case v.liveTurn:
+		reason = likenv1.TurnLive
+	case v.k3sTurn:
+		reason = likenv1.TurnRestartK3s
+	}
+	f.C.Status.RebootTurns = []likenv1.RebootTurn{{Machine: "m1", Reason: reason, Change: v.change}}
+	return v.change
+}
+
+// failedLive records a failed apply of the Live changes in the turn for
+// change, retried at retryAt.
+func failedLive(f *facts, change string, retryAt time.Time) {
+	inTurn, _ := changes.SplitLive(changes.Only(changes.Diff(*f.St.Applied, changes.Desired(f.M, f.C)), likenv1.ClassLive))
+	f.Config = configFailure{Err: errors.New("live change of " + changes.FieldSysctls + ": no such kernel parameter"), RetryAt: retryAt, Backoff: time.Minute, Turn: change, Failed: inTurn}
 }
 
 // running is a reboot turn of v2 under way in this liken-node.
@@ -281,22 +297,55 @@ func TestDecide(t *testing.T) {
 				assert.Equal(t, st.Phase, likenv1.MachineDegraded)
 				assert.Equal(t, cond(st, likenv1.ConditionConfigApplied).Reason, ReasonApplyFailed)
 			}},
-		{name: "a configuration failure is forgotten at once when the value is corrected",
+		{name: "a value that failed in its Live turn keeps the turn, Degraded",
 			edit: func(f *facts) {
 				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
-				declared := changes.Desired(f.M, f.C)
-				f.Config = configFailure{Err: errors.New("live change: no such sysctl"), RetryAt: planNow.Add(time.Minute), Declared: &declared}
-				delete(f.C.Spec.Settings.Sysctls, "net.no_such_parameter")
-			},
-			want: "forget the configuration failure: the declared configuration changed since"},
-		{name: "a configuration failure waits for its backoff while the value is the one that failed",
-			edit: func(f *facts) {
-				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
-				declared := changes.Desired(f.M, f.C)
-				f.Config = configFailure{Err: errors.New("live change: no such sysctl"), RetryAt: planNow.Add(time.Minute), Declared: &declared}
+				since(f)
+				change := granted(f)
+				failedLive(f, change, planNow.Add(time.Minute))
 			},
 			check: func(t *testing.T, f *facts, p plan) {
-				assert.Equal(t, machineStatus(f, p.v).Phase, likenv1.MachineDegraded)
+				st := machineStatus(f, p.v)
+				assert.Equal(t, st.Phase, likenv1.MachineDegraded)
+				assert.Equal(t, st.Change, f.Config.Turn, "the turn's change is reported, so the operator keeps the turn")
+				assert.Equal(t, cond(st, likenv1.ConditionConfigApplied).Status, metav1.ConditionFalse)
+			}},
+		{name: "a value that failed in its Live turn is retried in the turn after its backoff",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
+				since(f)
+				change := granted(f)
+				failedLive(f, change, planNow.Add(-time.Second))
+			},
+			want: "forget the configuration failure: its backoff is over"},
+		{name: "a value that failed in its Live turn, another Live value declared since: the failure holds",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
+				since(f)
+				change := granted(f)
+				failedLive(f, change, planNow.Add(-time.Second))
+				f.C.Spec.Settings.NTPServers = []string{"ntp.example.com"}
+			},
+			check: func(t *testing.T, f *facts, p plan) {
+				st := machineStatus(f, p.v)
+				assert.Equal(t, st.Phase, likenv1.MachineDegraded)
+				assert.Equal(t, st.Change, f.Config.Turn)
+			}},
+		{name: "a value that failed in its Live turn is forgotten at once when corrected",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
+				since(f)
+				change := granted(f)
+				failedLive(f, change, planNow.Add(time.Minute))
+				delete(f.C.Spec.Settings.Sysctls, "net.no_such_parameter")
+			},
+			want: "forget the configuration failure: a value that failed in the Live turn was corrected"},
+		{name: "a turn of another reason for the change applies nothing in place",
+			edit: func(f *facts) {
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
+				since(f)
+				granted(f)
+				f.C.Status.RebootTurns[0].Reason = likenv1.TurnReboot
 			}},
 		{name: "a configuration failure is forgotten after its backoff when nothing is left to apply",
 			edit: func(f *facts) {

@@ -77,6 +77,11 @@ func machineStatus(f *facts, v *view) likenv1.MachineStatus {
 		// Reported until the node is Ready again, whatever else waits.
 		st.Change = k3sHeld(f).Change
 		st.Pending = v.pending
+	case f.Config.Err != nil && f.Config.Turn != "":
+		// A Live change failed in its turn: the turn is kept until the
+		// value is corrected or its retry succeeds.
+		st.Change = f.Config.Turn
+		st.Pending = v.pending
 	default:
 		st.Pending = v.pending
 		if asking(f, v) {

@@ -154,7 +154,8 @@ type DisruptionClass string
 
 // Disruption classes, from least to most disruptive.
 const (
-	// ClassLive is applied within seconds, with no restart.
+	// ClassLive is applied in place, with no restart, in a Live turn
+	// under the disruption budget (rebootPolicy at once).
 	ClassLive DisruptionClass = "Live"
 	// ClassRestartK3s restarts k3s in place; pods stay up.
 	ClassRestartK3s DisruptionClass = "RestartK3s"
