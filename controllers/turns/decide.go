@@ -819,29 +819,20 @@ func findMachine(machines []*likenv1.Machine, name string) *likenv1.Machine {
 	return nil
 }
 
-// reasonFor is the turn machine m asks for: Release when a release is
-// staged; Reboot when any pending change is of class Reboot; otherwise
-// Live when any is of class Live (Live changes go before RestartK3s
-// ones: the node daemon asks for their turn first), else RestartK3s.
+// reasonFor is the turn machine m asks for, in the node daemon's order:
+// Live when it waits (RebootPending) with a change of class Live pending,
+// whatever else waits; Release when a release is staged; Reboot when any
+// pending change is of class Reboot; else RestartK3s.
 func reasonFor(m *likenv1.Machine) likenv1.TurnReason {
-	if m.Status.Phase == likenv1.MachineUpdatePending {
-		return likenv1.TurnRelease
-	}
-	live, k3s := false, false
-	for _, p := range m.Status.Pending {
-		switch p.Class {
-		case likenv1.ClassLive:
-			live = true
-		case likenv1.ClassRestartK3s:
-			k3s = true
-		default:
-			return likenv1.TurnReboot
-		}
+	has := func(class likenv1.DisruptionClass) bool {
+		return slices.ContainsFunc(m.Status.Pending, func(p likenv1.PendingChange) bool { return p.Class == class })
 	}
 	switch {
-	case live:
+	case m.Status.Phase == likenv1.MachineRebootPending && has(likenv1.ClassLive):
 		return likenv1.TurnLive
-	case k3s:
+	case m.Status.Phase == likenv1.MachineUpdatePending:
+		return likenv1.TurnRelease
+	case len(m.Status.Pending) > 0 && !slices.ContainsFunc(m.Status.Pending, func(p likenv1.PendingChange) bool { return p.Class != likenv1.ClassRestartK3s }):
 		return likenv1.TurnRestartK3s
 	}
 	return likenv1.TurnReboot

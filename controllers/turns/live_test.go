@@ -69,10 +69,16 @@ func TestLiveGrants(t *testing.T) {
 			want:     []string{"w1"}, reason: likenv1.TurnLive,
 		},
 		{
-			name:     "a Reboot change waiting with a Live one: the reboot turn",
+			name:     "a Reboot change waiting with a Live one: the Live turn first",
 			cluster:  tu.Cluster("lab"),
-			machines: []*likenv1.Machine{tu.Machine("w1", pending(likenv1.ClassLive, likenv1.ClassReboot))},
-			want:     []string{"w1"}, reason: likenv1.TurnReboot,
+			machines: []*likenv1.Machine{tu.Machine("w1", tu.Manual, pending(likenv1.ClassLive, likenv1.ClassReboot))},
+			want:     []string{"w1"}, reason: likenv1.TurnLive,
+		},
+		{
+			name:     "a release staged with a Live change waiting: the Live turn first",
+			cluster:  tu.Cluster("lab"),
+			machines: []*likenv1.Machine{tu.Machine("w1", pending(likenv1.ClassLive, likenv1.ClassReboot), func(m *likenv1.Machine) { m.Status.Staged = "2026.12.01-002" })},
+			want:     []string{"w1"}, reason: likenv1.TurnLive,
 		},
 		{
 			name: "a failed restart of k3s halts RestartK3s turns only",

@@ -550,12 +550,18 @@ func decidePending(f *facts, v *view) action {
 		add(changes.FieldRebootRequest, likenv1.ClassReboot, r)
 		ids = append(ids, "request="+r)
 	}
-	// Live and RestartK3s changes are listed; they ask for a turn of
-	// their own only when nothing waits for a reboot (the reboot turn goes
-	// first, and they ask after it), the Live ones first: one turn judges
-	// one kind of change.
+	// Live changes ask for their turn first: it is short, and a reboot
+	// that waits for approval, a halt or a window must not hold back a fix
+	// of the name servers or the CA bundle. Not while a turn is under way
+	// in this boot or a trial runs: they ask after it. RestartK3s changes
+	// ask last, when nothing else waits: one turn judges one kind of
+	// change.
+	underWay := f.Run != nil || f.Mode == modeTrial || (f.St.Turn != nil && f.St.Turn.BootID == f.Boot.BootID)
+	v.liveTurn = len(v.live) > 0 && !underWay
 	rebootAsk := len(ids) > 0
-	v.liveTurn = !rebootAsk && len(v.live) > 0
+	if v.liveTurn {
+		ids = nil
+	}
 	for _, c := range v.live {
 		add(c.Field, c.Class, c.Value)
 		if v.liveTurn {
@@ -637,7 +643,7 @@ func ledgerEntry(c *likenv1.Cluster, machine string) *likenv1.RebootTurn {
 
 // decideLiveTurn applies the Live changes in the Live turn the ledger
 // grants them: no cordon, no drain, no reboot. Not while another turn is
-// under way (a restart of k3s is judged on one change at a time). The
+// under way (each turn is judged on one kind of change). The
 // turn ends when the status says the changes are applied; an apply that
 // fails keeps it, so the value reaches no other machine
 // (docs/design/protocol.md#live-changes-in-turns).

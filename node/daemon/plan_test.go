@@ -112,10 +112,10 @@ func granted(f *facts) string {
 	v := decide(f).v
 	reason := likenv1.TurnReboot
 	switch {
-	case v.staged:
-		reason = likenv1.TurnRelease
 	case v.liveTurn:
 		reason = likenv1.TurnLive
+	case v.staged:
+		reason = likenv1.TurnRelease
 	case v.k3sTurn:
 		reason = likenv1.TurnRestartK3s
 	}
@@ -248,7 +248,7 @@ func TestDecide(t *testing.T) {
 		{name: "a change of rebootPolicy takes effect at once, with no turn",
 			edit: func(f *facts) { f.M.Spec.RebootPolicy = likenv1.RebootManual },
 			want: "apply live " + changes.FieldRebootPolicy},
-		{name: "a Reboot change waiting goes first: the Live change asks after the reboot", want: "take the reboot turn",
+		{name: "a Live change goes before a Reboot change that waits", want: "apply live in the turn for change ",
 			edit: func(f *facts) {
 				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
 				f.C.Spec.Settings.KernelArgs = []string{"mitigations=off"}
@@ -257,13 +257,30 @@ func TestDecide(t *testing.T) {
 				st.NextBoot = &nb
 				f.St = st
 				since(f)
-				granted(f) // a reboot turn: the Live change is not applied in it
+				granted(f)
 			},
 			check: func(t *testing.T, f *facts, p plan) {
 				st := machineStatus(f, p.v)
 				assert.Equal(t, st.Phase, likenv1.MachineRebootPending)
-				assert.Assert(t, p.v.change != "" && !p.v.liveTurn)
-				assert.Check(t, is.Contains(cond(st, likenv1.ConditionConfigApplied).Message, "after the reboot that waits"))
+				assert.Equal(t, len(st.Pending), 2)
+			}},
+		{name: "a Live change goes before a staged release", want: "apply live in the turn for change ",
+			edit: func(f *facts) {
+				staged(f)
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
+				since(f)
+				granted(f)
+			}},
+		{name: "a Live change declared during a reboot turn waits for it", want: "read the ledger before the cordon",
+			edit: func(f *facts) {
+				running(f)
+				f.C.Spec.Settings.Sysctls["vm.swappiness"] = "10"
+			},
+			check: func(t *testing.T, f *facts, p plan) {
+				assert.Assert(t, !p.v.liveTurn)
+				assert.Equal(t, p.v.change, f.Run.Change, "the turn under way would be given back")
+				st := machineStatus(f, p.v)
+				assert.Check(t, is.Contains(cond(st, likenv1.ConditionConfigApplied).Message, "once the turn under way ends"))
 			}},
 		{name: "Live changes ask before RestartK3s ones",
 			edit: func(f *facts) {

@@ -32,6 +32,9 @@ func phase(f *facts, v *view) likenv1.MachinePhase {
 		return likenv1.MachineRebooting
 	case v.downloading:
 		return likenv1.MachineDownloading
+	case v.liveTurn:
+		// Its Live turn first, even with a release staged.
+		return likenv1.MachineRebootPending
 	case v.staged:
 		return likenv1.MachineUpdatePending
 	case len(v.pending) > 0:
@@ -197,7 +200,7 @@ func machineStatus(f *facts, v *view) likenv1.MachineStatus {
 	} else if len(v.live) > 0 {
 		msg := fmt.Sprintf("applied, except %s, which wait for this machine's turn to apply them in place (see the RebootPending condition)", strings.Join(changes.Paths(v.live), ", "))
 		if !v.liveTurn {
-			msg = fmt.Sprintf("applied, except %s, which wait for a turn to apply them in place after the reboot that waits", strings.Join(changes.Paths(v.live), ", "))
+			msg = fmt.Sprintf("applied, except %s, which wait for a turn to apply them in place once the turn under way ends", strings.Join(changes.Paths(v.live), ", "))
 		}
 		set(likenv1.ConditionConfigApplied, metav1.ConditionTrue, ReasonWaitingForTurn, msg)
 	} else if len(v.k3s) > 0 {
