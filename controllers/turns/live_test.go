@@ -136,21 +136,7 @@ func TestLiveTurnsEnd(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var machines []*likenv1.Machine
-			nodes := map[string]Node{}
-			if tc.machine != nil {
-				machines = append(machines, tc.machine)
-				nodes[tc.machine.Name] = tc.node
-			}
-			c := tu.Cluster("lab", tu.MaxUnavailable("1"), tu.Turns(turn))
-			d := Decide(input(c, machines, nodes))
-			if tc.result == "" {
-				assert.Equal(t, len(d.Ended), 0)
-				assert.Equal(t, d.Status.Turns, "w1")
-				return
-			}
-			assert.Equal(t, len(d.Ended), 1)
-			assert.Equal(t, d.Ended[0].Result, tc.result)
+			d := decideHeldTurn(t, turn, tc.machine, tc.node, tc.result)
 			assert.Assert(t, d.Halted == nil)
 		})
 	}

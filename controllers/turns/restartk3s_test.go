@@ -182,22 +182,10 @@ func TestRestartK3sTurnsEnd(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var machines []*likenv1.Machine
-			nodes := map[string]Node{}
-			if tc.machine != nil {
-				machines = append(machines, tc.machine)
-				nodes[tc.machine.Name] = tc.node
-			}
-			c := tu.Cluster("lab", tu.MaxUnavailable("0"), tu.Turns(turn))
-			d := Decide(input(c, machines, nodes))
+			d := decideHeldTurn(t, turn, tc.machine, tc.node, tc.result)
 			if tc.result == "" {
-				assert.Equal(t, len(d.Ended), 0)
-				assert.Equal(t, d.Status.Turns, "l1")
 				return
 			}
-			assert.Equal(t, len(d.Ended), 1)
-			assert.Equal(t, d.Ended[0].Result, tc.result)
-			assert.Equal(t, d.Status.Turns, "")
 			if tc.result != ResultK3sRestartFailed {
 				assert.Assert(t, d.Halted == nil, "a RestartK3s turn that did not fail halts nothing")
 				return
@@ -208,6 +196,30 @@ func TestRestartK3sTurnsEnd(t *testing.T) {
 			assert.Check(t, is.Contains(d.Ended[0].Message, "did not bring the node back Ready within 10m0s"))
 		})
 	}
+}
+
+// decideHeldTurn decides for a Cluster whose ledger holds turn alone, of
+// machine m (nil: deleted) whose Node is node, with no place free, and
+// checks that the turn ends with result ("": is kept).
+func decideHeldTurn(t *testing.T, turn likenv1.RebootTurn, m *likenv1.Machine, node Node, result Result) Decision {
+	t.Helper()
+	var machines []*likenv1.Machine
+	nodes := map[string]Node{}
+	if m != nil {
+		machines = append(machines, m)
+		nodes[m.Name] = node
+	}
+	c := tu.Cluster("lab", tu.MaxUnavailable("0"), tu.Turns(turn))
+	d := Decide(input(c, machines, nodes))
+	if result == "" {
+		assert.Equal(t, len(d.Ended), 0)
+		assert.Equal(t, d.Status.Turns, turn.Machine)
+		return d
+	}
+	assert.Equal(t, len(d.Ended), 1)
+	assert.Equal(t, d.Ended[0].Result, result)
+	assert.Equal(t, d.Status.Turns, "")
+	return d
 }
 
 // TestLeadersRestartK3sOneAfterAnother plays a Cluster-wide k3sArgs change

@@ -184,19 +184,28 @@ func liveInBatches(t *testing.T, l *userlab.Lab) {
 		return poll.Success()
 	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(200*time.Millisecond))
 	t.Logf("%s=1: %v failed to apply it in their Live turns, %s after the edit, and say so", bad, slices.Sorted(maps.Keys(failed)), time.Since(start).Round(time.Second))
-	// Fifteen seconds: fifteen settle times, and past the first retry
-	// (10 s after the failure): no other machine gets a turn.
-	for until := time.Now().Add(15 * time.Second); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
+	// For fifteen seconds (fifteen settle times, and past the first retry,
+	// 10 s after the failure) no other machine gets a turn: each read
+	// checks it, and the wait ends once fifteen seconds have passed.
+	held := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		c, r := read()
-		if r != nil && !r.Done() {
-			continue
+		if r != nil {
+			return r
 		}
-		assert.Assert(t, r == nil, "%v", r)
 		for _, tn := range c.Status.RebootTurns {
-			assert.Assert(t, failed[tn.Machine], "%s got a Live turn while %v failed to apply the value", tn.Machine, failed)
+			if !failed[tn.Machine] {
+				return poll.Error(fmt.Errorf("%s got a Live turn while %v failed to apply the value", tn.Machine, slices.Sorted(maps.Keys(failed))))
+			}
 		}
-		assert.Equal(t, len(c.Status.Settling), 0, "a machine settles from a turn while %v failed: %+v", failed, c.Status.Settling)
-	}
+		if len(c.Status.Settling) > 0 {
+			return poll.Error(fmt.Errorf("a machine settles from a turn while %v failed: %+v", slices.Sorted(maps.Keys(failed)), c.Status.Settling))
+		}
+		if time.Since(held) < 15*time.Second {
+			return poll.Continue("%s of 15 s with only %v holding turns", time.Since(held).Round(time.Second), slices.Sorted(maps.Keys(failed)))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(200*time.Millisecond))
 	assert.DeepEqual(t, turns, failed)
 
 	// The value corrected: every machine applies it, in batches.

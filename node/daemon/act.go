@@ -202,8 +202,9 @@ func (a stageBoot) do(ctx context.Context, d *Daemon, f *facts) {
 }
 
 // forgetConfigFailure forgets a failure: its backoff is over and nothing
-// is left to apply, or the declared configuration changed since (a person
-// corrected the value: it is tried at once).
+// is left to apply (a failed restart of k3s or Live change is retried in
+// its turn), or a person corrected a value that failed in a Live turn (the
+// new value asks for a turn at once).
 type forgetConfigFailure struct{ why string }
 
 func (a forgetConfigFailure) String() string { return "forget the configuration failure: " + a.why }

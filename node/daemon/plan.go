@@ -230,8 +230,8 @@ type view struct {
 	// k3s are the RestartK3s changes, which wait for a turn.
 	k3s     []changes.Change
 	request string
-	// liveTurn: the change asks for a Live turn (nothing waits for a
-	// reboot; Live changes go before RestartK3s ones).
+	// liveTurn: the change asks for a Live turn (Live changes ask before
+	// any other, but not while a turn is under way or a trial runs).
 	liveTurn bool
 	// k3sTurn: the change asks for a RestartK3s turn (only RestartK3s
 	// changes wait; a reboot turn goes first when anything needs one).
@@ -310,7 +310,8 @@ func decideEvents(f *facts, _ *view) action {
 
 // decideConfig applies the Live changes that need no turn and stages the
 // NextBoot and Reboot ones for the next boot; other Live changes and
-// RestartK3s ones wait for a turn (decideLiveTurn, decideK3sTurn). The first configuration of a machine is what its first
+// RestartK3s ones wait for a turn (decideLiveTurn, decideK3sTurn). The
+// first configuration of a machine is what its first
 // boot applies.
 func decideConfig(f *facts, v *view) action {
 	v.desired = changes.Desired(v.m, v.c)
@@ -353,10 +354,9 @@ func decideConfig(f *facts, v *view) action {
 	}
 	if f.Config.Err != nil {
 		if inTurn, _ := changes.SplitLive(changes.Only(diff, likenv1.ClassLive)); f.Config.Turn != "" && !slices.Equal(inTurn, f.Config.Failed) {
-			// Other Live values were declared since, the failed ones
-			// still with them: retried only in a turn for them all, which
-			// the operator grants once this one ends; it ends once the
-			// failed values are corrected.
+			// Other Live values were declared since, and the failed ones
+			// are still declared: no retry, and the turn stays held, until
+			// a person corrects the failed values (liveCorrected).
 			return nil
 		}
 		// The backoff is over and nothing is left to apply: a restart of

@@ -123,9 +123,12 @@ func granted(f *facts) string {
 	return v.change
 }
 
-// failedLive records a failed apply of the Live changes in the turn for
-// change, retried at retryAt.
-func failedLive(f *facts, change string, retryAt time.Time) {
+// failedLive declares a sysctl the machine cannot apply, grants its Live
+// turn, and records the failed apply, retried at retryAt.
+func failedLive(f *facts, retryAt time.Time) {
+	f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
+	since(f)
+	change := granted(f)
 	inTurn, _ := changes.SplitLive(changes.Only(changes.Diff(*f.St.Applied, changes.Desired(f.M, f.C)), likenv1.ClassLive))
 	f.Config = configFailure{Err: errors.New("live change of " + changes.FieldSysctls + ": no such kernel parameter"), RetryAt: retryAt, Backoff: time.Minute, Turn: change, Failed: inTurn}
 }
@@ -316,10 +319,7 @@ func TestDecide(t *testing.T) {
 			}},
 		{name: "a value that failed in its Live turn keeps the turn, Degraded",
 			edit: func(f *facts) {
-				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
-				since(f)
-				change := granted(f)
-				failedLive(f, change, planNow.Add(time.Minute))
+				failedLive(f, planNow.Add(time.Minute))
 			},
 			check: func(t *testing.T, f *facts, p plan) {
 				st := machineStatus(f, p.v)
@@ -329,18 +329,12 @@ func TestDecide(t *testing.T) {
 			}},
 		{name: "a value that failed in its Live turn is retried in the turn after its backoff",
 			edit: func(f *facts) {
-				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
-				since(f)
-				change := granted(f)
-				failedLive(f, change, planNow.Add(-time.Second))
+				failedLive(f, planNow.Add(-time.Second))
 			},
 			want: "forget the configuration failure: its backoff is over"},
 		{name: "a value that failed in its Live turn, another Live value declared since: the failure holds",
 			edit: func(f *facts) {
-				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
-				since(f)
-				change := granted(f)
-				failedLive(f, change, planNow.Add(-time.Second))
+				failedLive(f, planNow.Add(-time.Second))
 				f.C.Spec.Settings.NTPServers = []string{"ntp.example.com"}
 			},
 			check: func(t *testing.T, f *facts, p plan) {
@@ -350,10 +344,7 @@ func TestDecide(t *testing.T) {
 			}},
 		{name: "a value that failed in its Live turn is forgotten at once when corrected",
 			edit: func(f *facts) {
-				f.C.Spec.Settings.Sysctls["net.no_such_parameter"] = "1"
-				since(f)
-				change := granted(f)
-				failedLive(f, change, planNow.Add(time.Minute))
+				failedLive(f, planNow.Add(time.Minute))
 				delete(f.C.Spec.Settings.Sysctls, "net.no_such_parameter")
 			},
 			want: "forget the configuration failure: a value that failed in the Live turn was corrected"},
