@@ -9,10 +9,9 @@
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-20000x}
-for pkg in $(go list ./...); do
-    dir=$(go list -f '{{.Dir}}' "$pkg")
+go list -f '{{.ImportPath}} {{.Dir}}' ./... | while read -r pkg dir; do
     for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
         echo "fuzz: $pkg $target ($fuzztime)"
-        go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
+        go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" </dev/null
     done
 done

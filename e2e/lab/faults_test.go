@@ -34,7 +34,9 @@ func TestFailedTrialsHaltTheRollout(t *testing.T) {
 	assert.Assert(t, is.Contains(out, "halted (TrialFailed on "+failed+")"))
 
 	// A new spec.version lifts the halt; the next bad release fails the
-	// same way, after the trial timeout.
+	// same way, after the trial timeout (15 s here: the trial reads it when
+	// it is armed).
+	l.mustKubectl("patch", "cluster", l.name, "--type", "merge", "-p", `{"spec":{"disruption":{"trialTimeout":"15s"}}}`)
 	noRejoin := l.publish("no-rejoin")
 	from = l.setVersion(noRejoin.Version, noRejoin)
 	failed, took = l.waitTrialFailed(noRejoin.Version, time.Time{}, 4*time.Minute)

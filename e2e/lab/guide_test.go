@@ -22,7 +22,7 @@ import (
 // names the turn holder.
 func TestUpgradeGuide(t *testing.T) {
 	// The user's path: cluster-operator keeps its 40 s startup grace.
-	l := startLab(t, "e2e-guide", labOptions{policy: "Auto", realGrace: true})
+	l := startLab(t, "e2e-guide", labOptions{policy: "Auto", userDefaults: true})
 	from := l.cluster().Spec.Version
 	names := machineNames(l)
 	// liken lab status names each machine's own identity.

@@ -47,6 +47,10 @@ const startupGraceEnv = "LIKEN_LAB_STARTUP_GRACE"
 // lab, and 40 s of waiting for the first grant in each adds up.
 const testGrace = 5 * time.Second
 
+// testSettle is how long a machine settles after its turn in the labs of
+// the scenarios, all but the guide's (spec.disruption.settle).
+const testSettle = time.Second
+
 // labStatus is the JSON of `liken lab status -o json`.
 type labStatus struct {
 	Name       string `json:"name"`
@@ -90,9 +94,11 @@ type labOptions struct {
 	policy string
 	// env is added to the environment of every liken command.
 	env []string
-	// realGrace keeps cluster-operator's default startup grace (40 s), as
-	// a user's lab has it; otherwise its copies run with testGrace.
-	realGrace bool
+	// userDefaults keeps cluster-operator's default startup grace (40 s)
+	// and the settle liken lab up writes (5 s), as a user's lab has them;
+	// otherwise the operator's copies run with testGrace and the Cluster
+	// settles for testSettle.
+	userDefaults bool
 }
 
 // startLab runs liken lab up and starts the watcher. liken lab down runs
@@ -115,7 +121,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 		}
 	}
 	l.env = append(l.env, "LIKEN_LAB_HOME="+t.TempDir(), "LIKEN_BIN="+bin)
-	if !o.realGrace {
+	if !o.userDefaults {
 		l.env = append(l.env, startupGraceEnv+"="+testGrace.String())
 	}
 	l.env = append(l.env, o.env...)
@@ -161,7 +167,7 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 
 	assert.NilError(t, json.Unmarshal([]byte(l.mustLiken("lab", "status", "--name", name, "-o", "json")), &l.st))
 	assert.Equal(t, l.st.Kubeconfig, m[1], "lab status and lab up name different kubeconfigs")
-	l.checkStatus(o.realGrace)
+	l.checkStatus(o.userDefaults)
 	cfg, err := clientcmd.BuildConfigFromFlags("", l.st.Kubeconfig)
 	assert.NilError(t, err)
 	l.client, err = versioned.NewForConfig(cfg)
@@ -169,6 +175,9 @@ func startLab(t *testing.T, name string, o labOptions) *lab {
 	l.kube, err = kubernetes.NewForConfig(cfg)
 	assert.NilError(t, err)
 	t.Logf("lab %s up in %s", name, l.up.Sub(start).Round(100*time.Millisecond))
+	if !o.userDefaults {
+		l.mustKubectl("patch", "cluster", name, "--type", "merge", "-p", fmt.Sprintf(`{"spec":{"disruption":{"settle":%q}}}`, testSettle))
+	}
 
 	disk := newDiskChecker(l)
 	l.w = startWatcher(t, l.client, l.kube, name, disk.enqueue)
@@ -194,7 +203,7 @@ func startWithBadTarget(t *testing.T, name, fault string) (*lab, string, likenv1
 // kubeconfig, the channel URL, every process with its kind, name and pid,
 // and every machine with its own kubeconfig. Each cluster-operator process
 // runs with the startup grace the scenario asked for.
-func (l *lab) checkStatus(realGrace bool) {
+func (l *lab) checkStatus(userDefaults bool) {
 	t := l.t
 	t.Helper()
 	st := l.st
@@ -206,7 +215,7 @@ func (l *lab) checkStatus(realGrace bool) {
 		assert.NilError(t, err, "operator %s", p.Name)
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		want := []string{"--startup-grace=" + testGrace.String()}
-		if realGrace {
+		if userDefaults {
 			want = nil
 		}
 		var got []string

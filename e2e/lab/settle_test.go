@@ -22,10 +22,11 @@ import (
 )
 
 // readyAfter is how long the pods of the scenario's Deployment take to
-// start (the lab's annotation liken.sh/lab-ready-after).
-const readyAfter = time.Minute
+// start (the lab's annotation liken.sh/lab-ready-after): well past the
+// few seconds a lab machine takes to reboot.
+const readyAfter = 30 * time.Second
 
-// A Deployment whose pods take a minute to start holds the next turn: the
+// A Deployment whose pods take half a minute to start holds the next turn: the
 // machine whose drain evicted one of its pods keeps its place until the
 // replacement runs elsewhere and the PodDisruptionBudget has all of its
 // pods healthy again (Progressing reason Settling, naming the budget), and
