@@ -1,7 +1,6 @@
 package boote2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,20 +9,18 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 )
 
-// stagedArgsFile writes args with the node's OS applier, as liken-node
-// does before a reboot, and returns the file it wrote on the boot
-// partition.
+// stagedArgsFile writes args with the node's boot loader, as liken-node
+// does right before its turn's reboot, and returns the file it wrote on
+// the boot partition.
 func stagedArgsFile(t *testing.T, args []string) []byte {
 	t.Helper()
-	root := t.TempDir()
-	cfg := changes.Config{Settings: likenv1.SharedSettings{KernelArgs: args}}
-	assert.NilError(t, (&changes.OS{Root: root}).StageBoot(context.Background(), cfg, nil))
-	b, err := os.ReadFile(filepath.Join(root, changes.KernelArgsFile))
+	dir := t.TempDir()
+	assert.NilError(t, boot.NewGRUB(dir).SetKernelArgs(args))
+	b, err := os.ReadFile(filepath.Join(dir, boot.KernelArgsFile))
 	assert.NilError(t, err)
 	return b
 }
@@ -40,11 +37,11 @@ func (m *machine) expectCmdline(slot boot.Slot, trial bool) []string {
 	return strings.Fields(line)
 }
 
-// TestKernelArgs: the OS applier stages settings.kernelArgs on the boot
+// TestKernelArgs: liken-node writes settings.kernelArgs on the boot
 // partition, GRUB passes them unchanged (every character an argument may
 // hold) to the trial slot's kernel, after liken's own, the trial's guard
 // (boot.TrialGuardArgs) among them; the trial fails, and the proven slot
-// boots with the same arguments (the staged arguments apply to whichever
+// boots with the same arguments (the written arguments apply to whichever
 // slot boots next), without the guard.
 func TestKernelArgs(t *testing.T) {
 	t.Parallel()

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"liken.sh/liken/internal/atomicfile"
@@ -26,6 +27,12 @@ type Bootloader interface {
 	// Check reports a copy of the state that is corrupt, missing, or
 	// different from the other (an interrupted write); any write repairs it.
 	Check() error
+	// KernelArgs returns the extra kernel arguments the next boot passes
+	// (none when none are set), or why they cannot be read.
+	KernelArgs() ([]string, error)
+	// SetKernelArgs makes every boot from the next one pass args; a value
+	// GRUB cannot pass unchanged is refused and nothing is written.
+	SetKernelArgs(args []string) error
 }
 
 // The files in a boot directory (/boot/grub on a machine).
@@ -134,6 +141,38 @@ func (g *GRUB) ArmTrial(slot Slot) error {
 		}
 		return State{Proven: st.Proven, Trial: slot}, nil
 	})
+}
+
+// KernelArgs reads dir/KernelArgsFile, the arguments grub.cfg passes to
+// the kernel of whichever slot it boots.
+func (g *GRUB) KernelArgs() ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(g.dir, KernelArgsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the kernel arguments: %w", err)
+	}
+	return ParseKernelArgsConfig(b)
+}
+
+// SetKernelArgs replaces dir/KernelArgsFile atomically (WriteKernelArgs),
+// or leaves it alone when it already holds args.
+func (g *GRUB) SetKernelArgs(args []string) error {
+	if err := ValidateKernelArgs(args); err != nil {
+		return err
+	}
+	if have, err := g.KernelArgs(); err == nil && slices.Equal(have, args) {
+		return nil
+	}
+	release, err := Writable(g.dir)
+	if err != nil {
+		return err
+	}
+	defer release()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return WriteKernelArgs(g.dir, args)
 }
 
 // DisarmTrial clears an armed trial.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 )
@@ -210,4 +211,64 @@ fi`)
 	// Callers get their own copy.
 	GrubConfig()[0] = 'x'
 	assert.Assert(t, GrubConfig()[0] == '#')
+}
+
+// TestGRUBKernelArgs: the arguments land in the file liken's grub.cfg
+// sources (${prefix}/liken-args.cfg) in the form it reads back; refused
+// arguments name themselves and leave the file as it was; writing the
+// arguments it already holds writes nothing; no file reads as none.
+func TestGRUBKernelArgs(t *testing.T) {
+	dir := t.TempDir()
+	bl := NewGRUB(dir)
+	args, err := bl.KernelArgs()
+	assert.NilError(t, err)
+	assert.Equal(t, len(args), 0, "no file: no arguments")
+
+	want := []string{"mitigations=off", "memmap=4G$16G", "isolcpus=1-3"}
+	assert.NilError(t, bl.SetKernelArgs(want))
+	path := filepath.Join(dir, KernelArgsFile)
+	b, err := os.ReadFile(path)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(string(b), "\nset liken_kernel_args='mitigations=off memmap=4G$16G isolcpus=1-3'\n"), "%s", b)
+	args, err = bl.KernelArgs()
+	assert.NilError(t, err)
+	assert.DeepEqual(t, args, want)
+
+	for _, tc := range []struct{ arg, err string }{
+		{`init="/bin/sh"`, `kernel argument "init=\"/bin/sh\"" holds the character '"'`},
+		{"a=x; reboot", `kernel argument "a=x; reboot" holds white space`},
+		{"a=';reboot;'", `kernel argument "a=';reboot;'" holds the character '\''`},
+		{"liken.slot=B", `kernel argument "liken.slot=B": parameters named liken.* belong to liken's boot script`},
+		{"--", `kernel argument "--" would pass`},
+		{"panic=0", `kernel argument "panic=0": liken's boot script sets panic=`},
+	} {
+		assert.ErrorContains(t, bl.SetKernelArgs([]string{"quiet", tc.arg}), tc.err)
+		after, err := os.ReadFile(path)
+		assert.NilError(t, err)
+		assert.Equal(t, string(after), string(b), "a refused argument changed the file")
+	}
+
+	// The same arguments again: the file is not rewritten.
+	old := time.Unix(1, 0)
+	assert.NilError(t, os.Chtimes(path, old, old))
+	assert.NilError(t, bl.SetKernelArgs(want))
+	fi, err := os.Stat(path)
+	assert.NilError(t, err)
+	assert.Assert(t, fi.ModTime().Equal(old), "the same arguments rewrote the file")
+
+	// No arguments: the file says so (the slot boots with none).
+	assert.NilError(t, bl.SetKernelArgs(nil))
+	b, err = os.ReadFile(path)
+	assert.NilError(t, err)
+	args, err = ParseKernelArgsConfig(b)
+	assert.NilError(t, err)
+	assert.Equal(t, len(args), 0)
+	ents, err := os.ReadDir(dir)
+	assert.NilError(t, err)
+	assert.Equal(t, len(ents), 1, "temporary files left: %v", ents)
+
+	// A file cut short, as GRUB would refuse it, is an error that says so.
+	assert.NilError(t, os.WriteFile(path, b[:len(b)-3], 0o644))
+	_, err = bl.KernelArgs()
+	assert.ErrorContains(t, err, KernelArgsFile)
 }

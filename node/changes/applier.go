@@ -20,8 +20,8 @@ type Applier interface {
 	// RestartK3s writes k3s's configuration from cfg and restarts k3s in
 	// place; pods keep running.
 	RestartK3s(ctx context.Context, cfg Config, changed []Change) error
-	// StageBoot records the NextBoot and Reboot fields of cfg for the next
-	// boot, whatever causes it.
+	// StageBoot checks the NextBoot and Reboot fields of cfg before the
+	// daemon records them for the next boot.
 	StageBoot(ctx context.Context, cfg Config, changed []Change) error
 	// Boot applies the whole of cfg at the start of a boot, before k3s
 	// starts: disks, ports, modules, banner, then the Live and k3s fields.

@@ -487,22 +487,16 @@ func (o *OS) RestartK3s(ctx context.Context, cfg Config, _ []Change) error {
 	return nil
 }
 
-// StageBoot writes the kernel arguments to KernelArgsFile on the boot
-// partition, which liken's grub.cfg sources at every boot, whichever slot
-// it boots (node/boot WriteKernelArgs: validated, written atomically). An
-// argument GRUB could not pass unchanged is refused with an error naming
-// it, and the file on disk stays as it was.
+// StageBoot checks the kernel arguments: one GRUB could not pass
+// unchanged is refused with an error naming it. They are written to the
+// boot partition only in the machine's turn, right before its reboot
+// (node/boot Bootloader.SetKernelArgs), so a reboot that is not a turn
+// boots with the arguments in effect.
 func (o *OS) StageBoot(_ context.Context, cfg Config, _ []Change) error {
-	dir := o.path(BootDir)
-	release, err := boot.Writable(dir)
-	if err != nil {
+	if err := boot.ValidateKernelArgs(cfg.Settings.KernelArgs); err != nil {
 		return fmt.Errorf("staging the kernel arguments: %w", err)
 	}
-	defer release()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("staging the kernel arguments: %w", err)
-	}
-	return boot.WriteKernelArgs(dir, cfg.Settings.KernelArgs)
+	return nil
 }
 
 // Boot loads the kernel modules, writes the network configuration, mounts

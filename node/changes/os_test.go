@@ -20,7 +20,6 @@ import (
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/pki"
 	"liken.sh/liken/internal/srctree"
-	"liken.sh/liken/node/boot"
 )
 
 type cmdLog struct{ cmds []string }
@@ -619,10 +618,10 @@ func TestRecorderObservesTheAppliedConfig(t *testing.T) {
 	assert.Assert(t, is.Contains(string(b), `"op":"boot"`))
 }
 
-// TestOSStageBootKernelArgs: the kernel arguments land in the file liken's
-// grub.cfg sources (${prefix}/liken-args.cfg, prefix being /boot/grub), in
-// the form node/boot reads back; refused arguments name themselves and
-// leave the staged file as it was.
+// TestOSStageBootKernelArgs: staging checks the kernel arguments, naming
+// a refused one, and writes nothing to the boot partition: the turn writes
+// them right before its reboot, so a reboot that is not a turn boots with
+// the arguments in effect.
 func TestOSStageBootKernelArgs(t *testing.T) {
 	root := t.TempDir()
 	o := &OS{Root: root, Run: (&cmdLog{}).run}
@@ -630,42 +629,19 @@ func TestOSStageBootKernelArgs(t *testing.T) {
 	cfg := base()
 	cfg.Settings.KernelArgs = []string{"mitigations=off", "memmap=4G$16G", "isolcpus=1-3"}
 	assert.NilError(t, o.StageBoot(ctx, cfg, nil))
-
-	assert.Equal(t, KernelArgsFile, "boot/grub/"+boot.KernelArgsFile)
-	b, err := os.ReadFile(filepath.Join(root, "boot/grub/liken-args.cfg"))
-	assert.NilError(t, err)
-	assert.Assert(t, is.Contains(string(b), "\nset liken_kernel_args='mitigations=off memmap=4G$16G isolcpus=1-3'\n"))
-	args, err := boot.ParseKernelArgsConfig(b)
-	assert.NilError(t, err)
-	assert.DeepEqual(t, args, cfg.Settings.KernelArgs)
+	_, err := os.Stat(filepath.Join(root, KernelArgsFile))
+	assert.Assert(t, os.IsNotExist(err), "staging wrote %s: %v", KernelArgsFile, err)
 
 	for _, tc := range []struct{ arg, err string }{
 		{`init="/bin/sh"`, `kernel argument "init=\"/bin/sh\"" holds the character '"'`},
 		{"a=x; reboot", `kernel argument "a=x; reboot" holds white space`},
-		{"a=';reboot;'", `kernel argument "a=';reboot;'" holds the character '\''`},
 		{"liken.slot=B", `kernel argument "liken.slot=B": parameters named liken.* belong to liken's boot script`},
-		{"--", `kernel argument "--" would pass`},
 		{"panic=0", `kernel argument "panic=0": liken's boot script sets panic=`},
 	} {
 		bad := base()
 		bad.Settings.KernelArgs = []string{"quiet", tc.arg}
 		assert.ErrorContains(t, o.StageBoot(ctx, bad, nil), tc.err)
-		after, err := os.ReadFile(filepath.Join(root, KernelArgsFile))
-		assert.NilError(t, err)
-		assert.Equal(t, string(after), string(b), "a refused argument changed the staged file")
 	}
-
-	// No arguments: the file says so (the slot boots with none).
-	cfg.Settings.KernelArgs = nil
-	assert.NilError(t, o.StageBoot(ctx, cfg, nil))
-	b, err = os.ReadFile(filepath.Join(root, KernelArgsFile))
-	assert.NilError(t, err)
-	args, err = boot.ParseKernelArgsConfig(b)
-	assert.NilError(t, err)
-	assert.Equal(t, len(args), 0)
-	ents, err := os.ReadDir(filepath.Join(root, "boot/grub"))
-	assert.NilError(t, err)
-	assert.Equal(t, len(ents), 1, "temporary files left: %v", ents)
 }
 
 // TestOSWriteReplaces: the applier's files are replaced whole and leave no

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,7 +84,9 @@ func (a emitEvents) do(_ context.Context, d *Daemon, f *facts) {
 // applyFirst applies the first configuration of this machine: what the
 // Machine and the Cluster say is what its first boot applies, but for the
 // node agent's arguments (settings.k3sArgs): the agent started before
-// liken-node with none, and restarts for them in a turn.
+// liken-node with none, and restarts for them in a turn; and for the
+// kernel arguments, which this boot did not pass: they wait for a reboot
+// turn.
 type applyFirst struct{ cfg changes.Config }
 
 func (a applyFirst) String() string { return "apply the first configuration" }
@@ -91,7 +94,12 @@ func (a applyFirst) String() string { return "apply the first configuration" }
 func (a applyFirst) do(ctx context.Context, d *Daemon, f *facts) {
 	cfg := a.cfg
 	first := changes.Merge(cfg, changes.Config{}, likenv1.ClassRestartK3s)
-	err := d.o.Applier.StageBoot(ctx, cfg, changes.Diff(changes.Config{}, cfg))
+	booted, err := d.o.Bootloader.KernelArgs()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "The boot loader's kernel arguments cannot be read; this boot passed none")
+	}
+	first.Settings.KernelArgs = booted
+	err = d.o.Applier.StageBoot(ctx, cfg, changes.Diff(changes.Config{}, cfg))
 	if err == nil {
 		err = d.o.Applier.Boot(ctx, first)
 	}
@@ -679,6 +687,17 @@ func (a goDown) do(ctx context.Context, d *Daemon, f *facts) {
 		}
 		return
 	}
+	// The kernel arguments the turn's reboot boots with are written now,
+	// and only now: a reboot that is not a turn boots with those in
+	// effect. A power cut from here on boots them within this turn.
+	args, staged, argsChange := turnKernelArgs(f.St)
+	if staged {
+		if err := d.o.Bootloader.SetKernelArgs(args); err != nil {
+			log.Error(err, "Writing the kernel arguments for the reboot failed; not rebooting")
+			d.retryLater(retryGoDown)
+			return
+		}
+	}
 	sent := r.sent
 	if a.trial {
 		// The record first (marked Arming), then the flag, then the mark
@@ -721,6 +740,9 @@ func (a goDown) do(ctx context.Context, d *Daemon, f *facts) {
 	if a.trial {
 		what = fmt.Sprintf("into a trial of release %s in slot %s", r.Release.Version, r.Slot)
 	}
+	if argsChange {
+		what += fmt.Sprintf(", with the kernel arguments %q", strings.Join(args, " "))
+	}
 	sent = append(sent, d.sink.expect(ReasonRebooting))
 	d.event(f.M, c, "Normal", ReasonRebooting, "Reboot", "Rebooting %s for change %s", what, a.change)
 	// Events are sent in the background: let the turn's last ones reach
@@ -734,6 +756,17 @@ func (a goDown) do(ctx context.Context, d *Daemon, f *facts) {
 		d.mu.Unlock()
 		d.retryLater(retryGoDown)
 	}
+}
+
+// turnKernelArgs are the kernel arguments a turn's reboot boots with (the
+// staged ones, when any configuration is staged) and whether they differ
+// from those in effect.
+func turnKernelArgs(st *diskState) (args []string, staged, changed bool) {
+	if st == nil || st.NextBoot == nil {
+		return nil, false, false
+	}
+	args = st.NextBoot.Settings.KernelArgs
+	return args, true, st.Applied == nil || !slices.Equal(args, st.Applied.Settings.KernelArgs)
 }
 
 // withdrawTrial withdraws a trial that could not be armed in full.

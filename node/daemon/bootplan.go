@@ -56,7 +56,12 @@ type bootFacts struct {
 	LoaderErr error
 	// Slot is the booted slot in the slot store.
 	Slot slots.Info
-	Now  time.Time
+	// KernelArgs are the kernel arguments this boot passed, as the boot
+	// loader holds them (written only in a turn, right before its reboot),
+	// or KernelArgsErr why they cannot be read (GRUB then passed none).
+	KernelArgs    []string
+	KernelArgsErr error
+	Now           time.Time
 }
 
 // bootPlan is what classifyBoot decides; startBoot carries it out in the
@@ -169,6 +174,9 @@ func classifyBoot(f bootFacts) bootPlan {
 				nb = next.NextBoot
 			}
 			cfg := changes.Merge(*next.Applied, *nb, likenv1.ClassNextBoot, likenv1.ClassReboot)
+			// Not the staged arguments: those this boot ran with. A
+			// reboot that was not the turn's leaves them pending.
+			cfg.Settings.KernelArgs = f.KernelArgs
 			p.ApplyAtBoot = &cfg
 			next.Applied = &cfg
 		}

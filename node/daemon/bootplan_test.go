@@ -10,6 +10,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
+	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/slots"
 )
 
@@ -164,6 +165,34 @@ func TestClassifyBoot(t *testing.T) {
 				assert.Assert(t, st.TrialFailure.ResumeUnseen)
 			}
 			assert.Equal(t, st.Turn == nil, w.turnGone || tc.st.Turn == nil, "turn %+v", st.Turn)
+		})
+	}
+}
+
+// TestClassifyBootKeepsTheBootedKernelArgs: a new boot applies the staged
+// NextBoot and Reboot values, but records as applied the kernel arguments
+// the boot loader passed, not the staged ones: a reboot that was not the
+// turn's leaves them pending.
+func TestClassifyBootKeepsTheBootedKernelArgs(t *testing.T) {
+	staged := []string{"quiet"}
+	for _, tc := range []struct {
+		name   string
+		booted []string
+		want   []string
+	}{
+		{name: "a reboot that was not the turn's: the staged arguments stay pending", booted: nil, want: nil},
+		{name: "the turn's reboot: the arguments it wrote are applied", booted: staged, want: staged},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			applied := changes.Config{Settings: likenv1.SharedSettings{Banner: "old"}}
+			next := changes.Config{Settings: likenv1.SharedSettings{Banner: "new", KernelArgs: staged}}
+			st := &diskState{FormatVersion: stateFormat, BootID: "b-1", Applied: &applied, NextBoot: &next}
+			p := classifyBoot(bootFacts{State: st, Boot: BootInfo{Slot: boot.SlotA, BootID: "b-2"}, Loader: boot.State{Proven: boot.SlotA},
+				Slot: slots.Info{Name: "A", State: likenv1.SlotActive}, KernelArgs: tc.booted, Now: time.Now()})
+			assert.Equal(t, p.Kind, bootNormal)
+			assert.Equal(t, p.State.Applied.Settings.Banner, "new", "the NextBoot value was not applied")
+			assert.DeepEqual(t, p.State.Applied.Settings.KernelArgs, tc.want)
+			assert.DeepEqual(t, p.ApplyAtBoot, p.State.Applied)
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/internal/pki"
+	"liken.sh/liken/node/boot"
 	"liken.sh/liken/node/changes"
 	"liken.sh/liken/node/daemon"
 	"liken.sh/liken/node/daemon/daemontest"
@@ -376,4 +377,77 @@ func TestALiveValueThatFailsKeepsItsTurn(t *testing.T) {
 	e.waitFor("the corrected value applied", func(m *likenv1.Machine) bool {
 		return m.Status.Phase == likenv1.MachineReady && m.Status.Change == ""
 	})
+}
+
+// TestKernelArgsOnlyInTheTurn: staged kernel arguments reach the boot
+// loader only in the machine's turn, right before its reboot. A power
+// cycle before the turn boots with the arguments in effect and leaves the
+// change pending; a turn taken back after the write (its reboot refused)
+// puts the arguments in effect back; the turn's reboot boots with them,
+// and nothing is left pending.
+func TestKernelArgsOnlyInTheTurn(t *testing.T) {
+	e := newEnv(t, likenv1.RebootAuto)
+	r := e.start()
+	e.waitPhase(likenv1.MachineReady)
+	bl := boot.NewGRUB(e.m.BootDir)
+	bootArgs := func() []string {
+		t.Helper()
+		args, err := bl.KernelArgs()
+		assert.NilError(t, err)
+		return args
+	}
+	want := []string{"quiet"}
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Settings.KernelArgs = want })
+	askingTurn := func(what string, r *daemontest.Running) {
+		t.Helper()
+		m := e.waitFor(what, func(m *likenv1.Machine) bool {
+			return m.Status.Observed.BootID == r.Boot.BootID && m.Status.Change != "" && m.Status.Phase == likenv1.MachineRebootPending
+		})
+		assert.Equal(t, len(m.Status.Pending), 1)
+		assert.Equal(t, m.Status.Pending[0].Field, changes.FieldKernelArgs)
+		assert.Equal(t, len(bootArgs()), 0, "the kernel arguments were written before the turn's reboot")
+	}
+	askingTurn("staged, asking for a turn", r)
+
+	// A power cycle that is not the turn: the arguments wait for it.
+	assert.NilError(t, r.Stop())
+	r = e.start()
+	askingTurn("asking for the turn again after a power cycle", r)
+
+	// A turn whose reboot is refused, then taken back: the arguments in
+	// effect are put back.
+	assert.NilError(t, r.Stop())
+	o := e.options()
+	o.Rebooter = refusingRebooter{}
+	r = e.m.Start(t, o)
+	askingTurn("asking for the turn on a machine that cannot reboot", r)
+	e.grant()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := bootArgs(); !slices.Equal(got, want) {
+			return poll.Continue("the boot loader holds %q", got)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
+	e.revoke()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := bootArgs(); len(got) != 0 {
+			return poll.Continue("the boot loader holds %q", got)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
+
+	// The turn's reboot boots with them.
+	assert.NilError(t, r.Stop())
+	r = e.start()
+	askingTurn("asking for the turn again", r)
+	e.grant()
+	waitExit(t, r)
+	assert.DeepEqual(t, bootArgs(), want)
+	r = e.start()
+	m := e.waitFor("Ready after the turn's reboot", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineReady && m.Status.Observed.BootID == r.Boot.BootID
+	})
+	assert.Equal(t, m.Status.Change, "", "nothing left to ask a turn for")
+	assert.Assert(t, is.Len(m.Status.Pending, 0))
+	e.revoke()
 }

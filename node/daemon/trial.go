@@ -32,6 +32,9 @@ func (d *Daemon) startBoot(ctx context.Context) error {
 	d.st = st
 	f := bootFacts{State: st, Boot: d.o.Boot, Now: d.clock.Now()}
 	f.Loader, f.LoaderErr = d.o.Bootloader.State()
+	if f.KernelArgs, f.KernelArgsErr = d.o.Bootloader.KernelArgs(); f.KernelArgsErr != nil {
+		log.Error(f.KernelArgsErr, "The boot loader's kernel arguments cannot be read; this boot passed none, and the staged ones wait for a turn")
+	}
 	// Get fails only for a slot that is not A or B, which New refuses.
 	f.Slot, _ = store.Get(string(d.o.Boot.Slot))
 	p := classifyBoot(f)

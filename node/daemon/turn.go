@@ -141,8 +141,11 @@ func (d *Daemon) startRecheck(ctx context.Context, f *facts, slot string, target
 }
 
 // disarmOwnTrial withdraws a trial this boot armed (a turn whose reboot
-// failed), keeping the turn.
+// failed), keeping the turn, and puts back the kernel arguments in effect.
 func (d *Daemon) disarmOwnTrial(ctx context.Context) error {
+	if err := d.keepAppliedKernelArgs(ctx); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	armed := d.st.Trial != nil && d.st.Trial.ArmedBootID == d.o.Boot.BootID
 	d.mu.Unlock()
@@ -156,6 +159,23 @@ func (d *Daemon) disarmOwnTrial(ctx context.Context) error {
 	return d.update(func(st *diskState) { st.Trial = nil })
 }
 
+// keepAppliedKernelArgs puts back the kernel arguments in effect, which
+// goDown may have replaced before a reboot that did not happen: the next
+// boot that is not a turn must not pass the turn's arguments.
+func (d *Daemon) keepAppliedKernelArgs(ctx context.Context) error {
+	d.mu.Lock()
+	applied := d.st.Applied
+	d.mu.Unlock()
+	if applied == nil {
+		return nil
+	}
+	if err := d.o.Bootloader.SetKernelArgs(applied.Settings.KernelArgs); err != nil {
+		klog.FromContext(ctx).Error(err, "Putting back the kernel arguments in effect after a turn that did not reboot failed")
+		return err
+	}
+	return nil
+}
+
 // dropTurnRecord forgets a turn that did not reboot, and disarms a trial
 // it armed.
 func (d *Daemon) dropTurnRecord(ctx context.Context) error {
@@ -167,6 +187,9 @@ func (d *Daemon) dropTurnRecord(ctx context.Context) error {
 		if err := d.o.Bootloader.DisarmTrial(); err != nil {
 			log.Error(err, "Disarming the trial of a turn given back failed; the next boot may try the staged slot once")
 		}
+	}
+	if err := d.keepAppliedKernelArgs(ctx); err != nil {
+		return err
 	}
 	if err := d.update(func(st *diskState) {
 		st.Turn = nil
