@@ -281,13 +281,17 @@ func (l *lab) variant(version string, change func(root string)) *clirelease.Resu
 	return rel
 }
 
-// moveTo catalogues rel in the Cluster and sets its version to it.
-func (l *lab) moveTo(rel *clirelease.Result) {
+// moveTo catalogues rel in the Cluster and sets its version to it, with
+// edits in the same write.
+func (l *lab) moveTo(rel *clirelease.Result, edits ...func(*likenv1.Cluster)) {
 	ctx := context.Background()
 	c, err := l.liken.LikenV1alpha1().Clusters().Get(ctx, "vm", metav1.GetOptions{})
 	assert.NilError(l.t, err)
 	c.Spec.Releases.Catalog = append(c.Spec.Releases.Catalog, likenv1.CatalogEntry{Version: rel.Version, Digest: rel.Digest})
 	c.Spec.Version = rel.Version
+	for _, edit := range edits {
+		edit(c)
+	}
 	_, err = l.liken.LikenV1alpha1().Clusters().Update(ctx, c, metav1.UpdateOptions{})
 	assert.NilError(l.t, err)
 }
@@ -492,7 +496,9 @@ const watchdogArmed = "liken-boot: watchdog armed: liken-node must feed it withi
 // TestUpgradeThroughRealReboots: a fleet of virtual machines joins (TLS
 // bootstrap, NodeRestriction), runs pods under a PodDisruptionBudget, and
 // moves from A to B and back to A through real GRUB and real reboots, one
-// machine at a time, each drain evicting its pods; then a release whose
+// machine at a time, each drain evicting its pods, with the kernel
+// arguments set in the same write on each trial's kernel command line;
+// then a release whose
 // init panics falls back to the proven slot with no help, on the one
 // machine that tried it, and the rollout halts. With one machine (make
 // test) it moves A to B only.
@@ -540,11 +546,14 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 		// below is then written over slot A, the slot the machine left.
 		steps = steps[:1]
 	}
+	// Kernel arguments set with the first upgrade reach each machine in its
+	// turn, on the trial's kernel command line, and stay on the next ones.
+	kernelArg := "likentest.turn=1"
 	for _, step := range steps {
 		rel := l.variant(step.version, nil)
 		before := l.workloadPods()
 		start := time.Now()
-		l.moveTo(rel)
+		l.moveTo(rel, func(c *likenv1.Cluster) { c.Spec.Settings.KernelArgs = []string{kernelArg} })
 		// One machine at a time: about 6 minutes each on a quiet host,
 		// more than 7 when three share a loaded one.
 		l.waitRelease(ms, rel.Version, step.slot, time.Duration(len(ms))*12*time.Minute)
@@ -560,6 +569,9 @@ func TestUpgradeThroughRealReboots(t *testing.T) {
 		for _, m := range ms {
 			_, ok := m.qemu.Find(fmt.Sprintf("liken-boot: booting slot %s (trial true)", step.slot))
 			assert.Assert(t, ok, "%s did not boot a trial of slot %s", m.name, step.slot)
+			line, ok := m.qemu.Find("liken-boot: kernel command line: ")
+			assert.Assert(t, ok, "%s's trial boot's init did not print its kernel command line", m.name)
+			assert.Assert(t, strings.HasSuffix(line, " "+kernelArg), "%s's trial boot did not pass %s last: %s", m.name, kernelArg, line)
 			// The init checked the boot partition before mounting it
 			// (read-only: liken-node's writes of the release's kernel and
 			// of the boot state above made it writable for their time).

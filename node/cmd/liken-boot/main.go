@@ -98,6 +98,9 @@ func run() error {
 		return err
 	}
 	say("booting slot %s (trial %t)", slot, trial)
+	// The Cluster's settings.kernelArgs come last, as the boot loader
+	// passed them: this line shows what this boot runs with.
+	say("kernel command line: %s", strings.TrimSpace(string(cmdline)))
 	armFirst := func() error {
 		if !trial {
 			return nil
