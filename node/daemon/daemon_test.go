@@ -479,13 +479,11 @@ func TestTrialThatNeverRejoins(t *testing.T) {
 }
 
 // TestTrialWithoutAPI: the trial boot never reaches the API server; the
-// timer alone brings the machine back to its proven slot.
+// timer alone brings the machine back to its proven slot, once the trial
+// timeout has passed and not before.
 func TestTrialWithoutAPI(t *testing.T) {
 	e := newEnv(t, likenv1.RebootAuto)
-	e.editCluster(func(c *likenv1.Cluster) {
-		c.Spec.Version = v2
-		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 500 * time.Millisecond}
-	})
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
 	r := e.start()
 	e.waitPhase(likenv1.MachineUpdatePending)
 	e.grant()
@@ -497,9 +495,23 @@ func TestTrialWithoutAPI(t *testing.T) {
 		return true, nil, fmt.Errorf("connection refused")
 	})
 	o.Liken = broken
+	clk := clocktesting.NewFakeClock(time.Now())
+	o.Clock = clk
+	start := clk.Now()
 	r = e.m.Start(t, o)
 	assert.Assert(t, r.Boot.Trial)
-	waitExit(t, r)
+	// The boot writes nothing the test could wait on: the clock moves on
+	// in tenths of the timeout until the trial's timer fires.
+	timeout := e.cluster().Spec.Disruption.TrialTimeoutOrDefault()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if exited, _ := r.Exited(); exited {
+			return poll.Success()
+		}
+		clk.Step(timeout / 10)
+		return poll.Continue("the trial boot runs at %s of its %s", clk.Since(start), timeout)
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
+	assert.ErrorIs(t, r.Wait(), daemon.ErrRebooted)
+	assert.Assert(t, clk.Since(start) >= timeout, "the trial gave up %s after it booted, before its timeout of %s", clk.Since(start), timeout)
 
 	r = e.start()
 	m := e.waitPhase(likenv1.MachineDegraded)
@@ -777,14 +789,21 @@ func (e *env) trialGivesUp() {
 // timeout: the trial gives up and reboots.
 func (e *env) trialTimesOut() {
 	e.t.Helper()
+	e.trialTimesOutAfter("the trial boot's status", func(m *likenv1.Machine) bool {
+		return m.Status.Phase == likenv1.MachineUpdating && m.Status.Slot == "B"
+	})
+}
+
+// trialTimesOutAfter is trialTimesOut, once the trial boot's Machine
+// status satisfies ok.
+func (e *env) trialTimesOutAfter(what string, ok func(m *likenv1.Machine) bool) {
+	e.t.Helper()
 	o := e.options()
 	clk := clocktesting.NewFakeClock(time.Now())
 	o.Clock = clk
 	r := e.m.Start(e.t, o)
 	assert.Assert(e.t, r.Boot.Trial)
-	e.waitFor("the trial boot's status", func(m *likenv1.Machine) bool {
-		return m.Status.Phase == likenv1.MachineUpdating && m.Status.Slot == "B"
-	})
+	e.waitFor(what, ok)
 	clk.Step(e.cluster().Spec.Disruption.TrialTimeoutOrDefault() + time.Second)
 	waitExit(e.t, r)
 }

@@ -15,6 +15,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	likenv1 "liken.sh/liken/apis/liken/v1alpha1"
 	"liken.sh/liken/node/boot"
@@ -80,10 +81,7 @@ func TestTrialTimerAfterAFailedCommitWrite(t *testing.T) {
 	for _, file := range []string{"state/slots.json", daemon.StateFile} {
 		t.Run(file, func(t *testing.T) {
 			e := newEnv(t, likenv1.RebootAuto)
-			e.editCluster(func(c *likenv1.Cluster) {
-				c.Spec.Version = v2
-				c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 6 * time.Second}
-			})
+			e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
 			r := e.start()
 			e.waitPhase(likenv1.MachineUpdatePending)
 			e.grant()
@@ -92,7 +90,10 @@ func TestTrialTimerAfterAFailedCommitWrite(t *testing.T) {
 			e.mu.Lock()
 			e.kubeletDown = true // no commit before the write fails
 			e.mu.Unlock()
-			r = e.start()
+			o := e.options()
+			clk := clocktesting.NewFakeClock(time.Now())
+			o.Clock = clk
+			r = e.m.Start(t, o)
 			assert.Assert(t, r.Boot.Trial)
 			e.waitFor("the trial boot's status", func(m *likenv1.Machine) bool {
 				return m.Status.Observed.BootID == r.Boot.BootID
@@ -108,6 +109,7 @@ func TestTrialTimerAfterAFailedCommitWrite(t *testing.T) {
 				}
 				return poll.Success()
 			}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
+			clk.Step(e.cluster().Spec.Disruption.TrialTimeoutOrDefault() + time.Second)
 			waitExit(t, r)
 			assert.NilError(t, os.Remove(p))
 			assert.NilError(t, os.Rename(p+".saved", p))
@@ -225,10 +227,7 @@ func TestLeftoverTrialFlagIsWithdrawnBeforeDownload(t *testing.T) {
 // Ready: it times out and the machine returns to its proven slot.
 func TestTrialNeedsReadyFromThisBoot(t *testing.T) {
 	e := newEnv(t, likenv1.RebootAuto)
-	e.editCluster(func(c *likenv1.Cluster) {
-		c.Spec.Version = v2
-		c.Spec.Disruption.TrialTimeout = &metav1.Duration{Duration: 2 * time.Second}
-	})
+	e.editCluster(func(c *likenv1.Cluster) { c.Spec.Version = v2 })
 	r := e.start()
 	e.waitPhase(likenv1.MachineUpdatePending)
 	e.mu.Lock()
@@ -237,9 +236,10 @@ func TestTrialNeedsReadyFromThisBoot(t *testing.T) {
 	e.grant()
 	waitExit(t, r)
 
-	r = e.start()
-	assert.Assert(t, r.Boot.Trial)
-	waitExit(t, r)
+	// The trial saw the Ready and said why it does not commit on it.
+	e.trialTimesOutAfter("the trial to refuse the Ready of the boot before", func(m *likenv1.Machine) bool {
+		return strings.Contains(cond(m, likenv1.ConditionReady).Message, "not committed yet, because the kubelet of this boot has not posted the Node's status")
+	})
 	st, err := boot.NewGRUB(e.m.BootDir).State()
 	assert.NilError(t, err)
 	assert.Equal(t, st, boot.State{Proven: boot.SlotA}, "the trial committed on a stale Ready")

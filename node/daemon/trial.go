@@ -191,7 +191,15 @@ func (d *Daemon) startTrialTimer(ctx context.Context) {
 	}
 	d.trialWaitingFor = "liken-node has not reached the API server"
 	klog.FromContext(ctx).Info("Trial boot: waiting to rejoin the cluster", "slot", tr.Slot, "release", tr.Version, "deadline", tr.deadline(), "left", wait.Round(time.Second))
-	d.trialTimer = d.clock.AfterFunc(wait, func() { d.trialExpired(ctx) })
+	d.armTrialTimer(ctx, wait)
+}
+
+// armTrialTimer has trialExpired run after wait, in a goroutine of its
+// own: a clock may call back while it holds its own lock (an injected one
+// does), and trialExpired waits for d.mu, whose holders read the clock.
+// Call with d.mu held.
+func (d *Daemon) armTrialTimer(ctx context.Context, wait time.Duration) {
+	d.trialTimer = d.clock.AfterFunc(wait, func() { go d.trialExpired(ctx) })
 }
 
 // trialExpired gives up a trial that did not commit in time: it records
@@ -224,7 +232,7 @@ func (d *Daemon) trialExpired(ctx context.Context) {
 		log.Error(err, "Rebooting after the failed trial failed; trying again")
 		d.mu.Lock()
 		d.rebooting = false
-		d.trialTimer = d.clock.AfterFunc(d.t.APIRetry, func() { d.trialExpired(ctx) })
+		d.armTrialTimer(ctx, d.t.APIRetry)
 		d.mu.Unlock()
 	}
 }
@@ -252,7 +260,7 @@ func (d *Daemon) trialTimerAfterCommitFailed(ctx context.Context) {
 	if d.trialTimer != nil {
 		d.trialTimer.Stop()
 	}
-	d.trialTimer = d.clock.AfterFunc(0, func() { d.trialExpired(ctx) })
+	d.armTrialTimer(ctx, 0)
 }
 
 // feedWatchdog feeds the watchdog the init armed for this trial boot until
