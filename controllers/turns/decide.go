@@ -959,6 +959,10 @@ func stallMessage(cluster string, t *likenv1.RebootTurn, m *likenv1.Machine, tim
 		if c := meta.FindStatusCondition(m.Status.Conditions, likenv1.ConditionConfigApplied); c != nil && c.Status == metav1.ConditionFalse {
 			what = fmt.Sprintf("could not apply its change: %s. Correct the value in the Cluster or Machine", clip.To(c.Message, maxMachineMessage))
 		}
+		if !t.Reason.InPlace() && slices.ContainsFunc(m.Status.Pending, func(p likenv1.PendingChange) bool { return p.Field == likenv1.PendingKernelArgs }) {
+			what += ". Its reboot passes new kernel arguments (settings.kernelArgs): if it does not start with them, correct settings.kernelArgs, " +
+				"then start the machine from a rescue medium and delete liken-args.cfg from its boot partition's grub folder (it then boots with none)"
+		}
 	}
 	return fmt.Sprintf("Machine %s has held its %s turn since %s, longer than the stall timeout (%s), and %s. "+
 		"No machine gets a turn until a person examines it: granting resumes by itself when it comes back or its Machine is deleted; "+

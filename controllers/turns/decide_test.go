@@ -570,6 +570,35 @@ func TestStall(t *testing.T) {
 	assert.DeepEqual(t, granted(back), []string{"b"})
 }
 
+// TestStallNamesNewKernelArguments: a machine that has not come back
+// from a reboot that passes new kernel arguments is halted on with what to
+// do about them; a turn without them, or an in-place one, does not say so.
+func TestStallNamesNewKernelArguments(t *testing.T) {
+	kernelArgs := func(m *likenv1.Machine) {
+		m.Status.Pending = append(m.Status.Pending, likenv1.PendingChange{Field: likenv1.PendingKernelArgs, Class: likenv1.ClassReboot})
+	}
+	for _, tc := range []struct {
+		name   string
+		reason likenv1.TurnReason
+		edits  []func(*likenv1.Machine)
+		want   bool
+	}{
+		{name: "a reboot with new kernel arguments", reason: likenv1.TurnReboot, edits: []func(*likenv1.Machine){tu.WantsReboot, kernelArgs}, want: true},
+		{name: "a release with new kernel arguments", reason: likenv1.TurnRelease, edits: []func(*likenv1.Machine){tu.WantsRelease, kernelArgs}, want: true},
+		{name: "a reboot without", reason: likenv1.TurnReboot, edits: []func(*likenv1.Machine){tu.WantsReboot}},
+		{name: "a restart of k3s", reason: likenv1.TurnRestartK3s, edits: []func(*likenv1.Machine){tu.WantsRestartK3s, kernelArgs}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tu.Cluster("lab", tu.TargetVersion(tu.Version2), tu.Turns(tu.Turn("a", tc.reason, false, after.Add(-31*time.Minute))))
+			d := Decide(input(c, []*likenv1.Machine{tu.Machine("a", tc.edits...)}, nil))
+			assert.Assert(t, d.Status.Halt != nil && d.Status.Halt.Reason == likenv1.ReasonRolloutStalled, "halt %+v", d.Status.Halt)
+			msg := progressing(t, d.Status).Message
+			assert.Equal(t, strings.Contains(msg, "new kernel arguments"), tc.want, msg)
+			assert.Equal(t, strings.Contains(msg, "delete liken-args.cfg"), tc.want, msg)
+		})
+	}
+}
+
 func TestStallDeadlineRequeues(t *testing.T) {
 	c := tu.Cluster("lab", tu.Turns(tu.Turn("a", likenv1.TurnReboot, false, after.Add(-10*time.Minute))))
 	d := Decide(input(c, []*likenv1.Machine{tu.Machine("a", tu.WantsReboot, tu.Phase(likenv1.MachineRebooting))}, nil))

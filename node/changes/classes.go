@@ -32,7 +32,7 @@ const (
 	FieldSysctls         = "cluster.spec.settings.sysctls"
 	FieldRegistryMirrors = "cluster.spec.settings.registryMirrors"
 	FieldK3sArgs         = "cluster.spec.settings.k3sArgs"
-	FieldKernelArgs      = "cluster.spec.settings.kernelArgs"
+	FieldKernelArgs      = likenv1.PendingKernelArgs
 	FieldBanner          = "cluster.spec.settings.banner"
 
 	// FieldRebootRequest is the pending entry of a reboot a person asked

@@ -265,6 +265,10 @@ type DownloadProgress struct {
 	BytesTotal int64 `json:"bytesTotal"`
 }
 
+// PendingKernelArgs is the field of a PendingChange of the Cluster's
+// settings.kernelArgs.
+const PendingKernelArgs = "cluster.spec.settings.kernelArgs"
+
 // PendingChange is one staged change that waits for a reboot.
 type PendingChange struct {
 	// Field is the changed field, such as spec.kernelModules or
