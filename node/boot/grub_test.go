@@ -267,7 +267,8 @@ func TestGRUBKernelArgs(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, len(ents), 1, "temporary files left: %v", ents)
 
-	// A file cut short, as GRUB would refuse it, is an error that says so.
+	// A file that is not the one liken writes (cut short, edited by hand)
+	// is an error that names it.
 	assert.NilError(t, os.WriteFile(path, b[:len(b)-3], 0o644))
 	_, err = bl.KernelArgs()
 	assert.ErrorContains(t, err, KernelArgsFile)

@@ -497,21 +497,13 @@ func TestTrialWithoutAPI(t *testing.T) {
 	o.Liken = broken
 	clk := clocktesting.NewFakeClock(time.Now())
 	o.Clock = clk
-	start := clk.Now()
 	r = e.m.Start(t, o)
 	assert.Assert(t, r.Boot.Trial)
 	// The boot writes nothing the test could wait on: the clock moves on
-	// in tenths of the timeout until the trial's timer fires.
+	// in hundredths of the timeout until the trial's timer fires.
 	timeout := e.cluster().Spec.Disruption.TrialTimeoutOrDefault()
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if exited, _ := r.Exited(); exited {
-			return poll.Success()
-		}
-		clk.Step(timeout / 10)
-		return poll.Continue("the trial boot runs at %s of its %s", clk.Since(start), timeout)
-	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
-	assert.ErrorIs(t, r.Wait(), daemon.ErrRebooted)
-	assert.Assert(t, clk.Since(start) >= timeout, "the trial gave up %s after it booted, before its timeout of %s", clk.Since(start), timeout)
+	moved := stepUntilReboot(t, clk, r, timeout/100)
+	assert.Assert(t, moved >= timeout, "the trial gave up %s after it booted, before its timeout of %s", moved, timeout)
 
 	r = e.start()
 	m := e.waitPhase(likenv1.MachineDegraded)
@@ -804,8 +796,24 @@ func (e *env) trialTimesOutAfter(what string, ok func(m *likenv1.Machine) bool) 
 	r := e.m.Start(e.t, o)
 	assert.Assert(e.t, r.Boot.Trial)
 	e.waitFor(what, ok)
-	clk.Step(e.cluster().Spec.Disruption.TrialTimeoutOrDefault() + time.Second)
-	waitExit(e.t, r)
+	stepUntilReboot(e.t, clk, r, e.cluster().Spec.Disruption.TrialTimeoutOrDefault()+time.Second)
+}
+
+// stepUntilReboot moves clk on by step, again and again (a timer armed
+// after a step fires at a later one), until the daemon r stops for a
+// reboot, and returns how far the clock moved.
+func stepUntilReboot(t *testing.T, clk *clocktesting.FakeClock, r *daemontest.Running, step time.Duration) time.Duration {
+	t.Helper()
+	start := clk.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if exited, _ := r.Exited(); exited {
+			return poll.Success()
+		}
+		clk.Step(step)
+		return poll.Continue("the daemon runs, %s on", clk.Since(start))
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
+	assert.ErrorIs(t, r.Wait(), daemon.ErrRebooted)
+	return clk.Since(start)
 }
 
 // TestTrialFailureAfterAResumeDuringTheTrial: a person resumes the rollout

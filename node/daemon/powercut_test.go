@@ -109,8 +109,7 @@ func TestTrialTimerAfterAFailedCommitWrite(t *testing.T) {
 				}
 				return poll.Success()
 			}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
-			clk.Step(e.cluster().Spec.Disruption.TrialTimeoutOrDefault() + time.Second)
-			waitExit(t, r)
+			stepUntilReboot(t, clk, r, e.cluster().Spec.Disruption.TrialTimeoutOrDefault()+time.Second)
 			assert.NilError(t, os.Remove(p))
 			assert.NilError(t, os.Rename(p+".saved", p))
 			if file != daemon.StateFile {

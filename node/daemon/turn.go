@@ -143,20 +143,19 @@ func (d *Daemon) startRecheck(ctx context.Context, f *facts, slot string, target
 // disarmOwnTrial withdraws a trial this boot armed (a turn whose reboot
 // failed), keeping the turn, and puts back the kernel arguments in effect.
 func (d *Daemon) disarmOwnTrial(ctx context.Context) error {
-	if err := d.keepAppliedKernelArgs(ctx); err != nil {
-		return err
-	}
 	d.mu.Lock()
 	armed := d.st.Trial != nil && d.st.Trial.ArmedBootID == d.o.Boot.BootID
 	d.mu.Unlock()
-	if !armed {
-		return nil
+	if armed {
+		if err := d.o.Bootloader.DisarmTrial(); err != nil {
+			klog.FromContext(ctx).Error(err, "Disarming the trial of a turn the API server no longer grants failed")
+			return err
+		}
+		if err := d.update(func(st *diskState) { st.Trial = nil }); err != nil {
+			return err
+		}
 	}
-	if err := d.o.Bootloader.DisarmTrial(); err != nil {
-		klog.FromContext(ctx).Error(err, "Disarming the trial of a turn the API server no longer grants failed")
-		return err
-	}
-	return d.update(func(st *diskState) { st.Trial = nil })
+	return d.keepAppliedKernelArgs(ctx)
 }
 
 // keepAppliedKernelArgs puts back the kernel arguments in effect, which
@@ -188,9 +187,11 @@ func (d *Daemon) dropTurnRecord(ctx context.Context) error {
 			log.Error(err, "Disarming the trial of a turn given back failed; the next boot may try the staged slot once")
 		}
 	}
-	if err := d.keepAppliedKernelArgs(ctx); err != nil {
-		return err
-	}
+	// A boot partition that cannot be written does not keep the turn (and
+	// liken's cordon): the arguments stay as the turn wrote them, and a
+	// reboot that is not a turn would pass them, which the next boot
+	// reports.
+	_ = d.keepAppliedKernelArgs(ctx)
 	if err := d.update(func(st *diskState) {
 		st.Turn = nil
 		if armed {
