@@ -292,6 +292,15 @@ func (w *fleetWatch) step(ctx context.Context) poll.Result {
 	if len(turns) > w.maxTurns {
 		return poll.Error(fmt.Errorf("the ledger holds %d turns, more than maxUnavailable (%d): %+v", len(turns), w.maxTurns, turns))
 	}
+	var leaders []string
+	for _, tn := range turns {
+		if tn.Leader {
+			leaders = append(leaders, tn.Machine)
+		}
+	}
+	if len(leaders) > 1 {
+		return poll.Error(fmt.Errorf("leaders %v hold turns at once; leaders take them one at a time: %+v", leaders, turns))
+	}
 	for _, tn := range turns {
 		if tn.Reason != likenv1.TurnRelease || tn.Version != w.version {
 			continue
@@ -316,8 +325,8 @@ func (w *fleetWatch) step(ctx context.Context) poll.Result {
 	if w.cut == "" {
 		w.fewestCopies = min(w.fewestCopies, w.copies)
 		if w.copies+down < w.minCopies {
-			return poll.Error(fmt.Errorf("%d of cluster-operator's copies ready and %d exited, fewer than one leader's drain leaves (%d): %s",
-				w.copies, down, w.minCopies, podStates(pods.Items)))
+			return poll.Error(fmt.Errorf("%d of cluster-operator's copies ready and %d exited, fewer than one leader's drain leaves (%d): %s; turns held: %q, settling: %+v",
+				w.copies, down, w.minCopies, podStates(pods.Items), c.Status.Turns, c.Status.Settling))
 		}
 	}
 
