@@ -184,7 +184,8 @@ func SelfHostedFleet(t *testing.T, l *Lab) {
 // maxUnavailable and grants a machine one turn per release;
 // cluster-operator's ready copies (and those that exited, which no drain
 // took) never fall below what their PodDisruptionBudget leaves, but while
-// a leader's power is cut, which no budget covers; after each machine's
+// a leader's power is cut, which no budget covers, and while a leader that
+// ran every copy is in its turn; after each machine's
 // turn, the datastore keeps its voters and a quorum.
 type fleetWatch struct {
 	t        *testing.T
@@ -212,6 +213,12 @@ type fleetWatch struct {
 	cluster  *likenv1.Cluster
 	machines map[string]*likenv1.Machine
 	copies   int // cluster-operator's ready copies
+	// copyHosts are the machines the ready copies ran on at the last read
+	// with no leader in a turn. Both copies may run on one leader (they
+	// were placed while it was the only leader up, and nothing moves
+	// them): that leader's drain takes both, which alone is logged.
+	copyHosts map[string]bool
+	alone     map[string]bool
 	// The extremes of the rollout: the most turns held at once, the
 	// fewest copies ready but during a power cut.
 	mostTurns, fewestCopies int
@@ -237,9 +244,9 @@ func watchFleet(t *testing.T, l *Lab) *fleetWatch {
 	d, err := l.Kube.AppsV1().Deployments(likenv1.SystemNamespace).Get(ctx, "cluster-operator", metav1.GetOptions{})
 	assert.NilError(t, err)
 	w.replicas = int(*d.Spec.Replicas)
-	// The copies run on two leaders, leaders take turns one at a time,
-	// and a leader settles only once the copies are all ready again: a
-	// drain takes one copy away at most.
+	// The copies run on two leaders (but see copyHosts), leaders take
+	// turns one at a time, and a leader settles only once the copies are
+	// all ready again: a drain takes one copy away at most.
 	w.minCopies = w.replicas - 1
 	return w
 }
@@ -249,6 +256,7 @@ func (w *fleetWatch) follow(version string, probe *apiprobe.Probe) {
 	w.version, w.probe = version, probe
 	w.granted, w.ended, w.checked = map[string]metav1.Time{}, map[string]time.Time{}, map[string]bool{}
 	w.mostTurns, w.fewestCopies = 0, w.replicas
+	w.alone = map[string]bool{}
 }
 
 // wait steps every 2 s until done, given the step's reads, succeeds, for
@@ -313,16 +321,26 @@ func (w *fleetWatch) step(ctx context.Context) poll.Result {
 
 	w.copies = 0
 	down := 0
+	hosts := map[string]bool{}
 	for _, p := range pods.Items {
 		switch {
 		case p.DeletionTimestamp != nil: // evicted
 		case podReady(&p):
 			w.copies++
+			hosts[p.Spec.NodeName] = true
 		case exited(&p):
 			down++
 		}
 	}
-	if w.cut == "" {
+	if len(leaders) == 0 {
+		w.copyHosts = hosts
+	}
+	lone := len(leaders) == 1 && len(w.copyHosts) == 1 && w.copyHosts[leaders[0]]
+	if lone && !w.alone[leaders[0]] {
+		w.alone[leaders[0]] = true
+		w.t.Logf("%s ran every copy of cluster-operator when its turn came: its drain takes them all, and it settles only once they run again", leaders[0])
+	}
+	if w.cut == "" && !lone {
 		w.fewestCopies = min(w.fewestCopies, w.copies)
 		if w.copies+down < w.minCopies {
 			return poll.Error(fmt.Errorf("%d of cluster-operator's copies ready and %d exited, fewer than one leader's drain leaves (%d): %s; turns held: %q, settling: %+v",
