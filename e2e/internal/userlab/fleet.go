@@ -185,7 +185,7 @@ func SelfHostedFleet(t *testing.T, l *Lab) {
 // cluster-operator's ready copies (and those that exited, which no drain
 // took) never fall below what their PodDisruptionBudget leaves, but while
 // a leader's power is cut, which no budget covers, and while a leader that
-// ran every copy is in its turn; after each machine's
+// ran every copy is in its turn or settles after it; after each machine's
 // turn, the datastore keeps its voters and a quorum.
 type fleetWatch struct {
 	t        *testing.T
@@ -214,7 +214,7 @@ type fleetWatch struct {
 	machines map[string]*likenv1.Machine
 	copies   int // cluster-operator's ready copies
 	// copyHosts are the machines the ready copies ran on at the last read
-	// with no leader in a turn. Both copies may run on one leader (they
+	// with no leader in a turn or settling. Both copies may run on one leader (they
 	// were placed while it was the only leader up, and nothing moves
 	// them): that leader's drain takes both, which alone is logged.
 	copyHosts map[string]bool
@@ -332,13 +332,21 @@ func (w *fleetWatch) step(ctx context.Context) poll.Result {
 			down++
 		}
 	}
-	if len(leaders) == 0 {
+	// The leaders in a turn or settling after one: a leader settles only
+	// once the copies are all ready again.
+	busy := slices.Clone(leaders)
+	for _, st := range c.Status.Settling {
+		if st.Leader && !slices.Contains(busy, st.Machine) {
+			busy = append(busy, st.Machine)
+		}
+	}
+	if len(busy) == 0 {
 		w.copyHosts = hosts
 	}
-	lone := len(leaders) == 1 && len(w.copyHosts) == 1 && w.copyHosts[leaders[0]]
-	if lone && !w.alone[leaders[0]] {
-		w.alone[leaders[0]] = true
-		w.t.Logf("%s ran every copy of cluster-operator when its turn came: its drain takes them all, and it settles only once they run again", leaders[0])
+	lone := len(busy) == 1 && len(w.copyHosts) == 1 && w.copyHosts[busy[0]]
+	if lone && !w.alone[busy[0]] {
+		w.alone[busy[0]] = true
+		w.t.Logf("%s ran every copy of cluster-operator when its turn came: its drain takes them all, and it settles only once they run again", busy[0])
 	}
 	if w.cut == "" && !lone {
 		w.fewestCopies = min(w.fewestCopies, w.copies)
